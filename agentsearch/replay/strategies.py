@@ -1,0 +1,115 @@
+"""Replay strategies: one small Protocol, a registry, and ``make_replay``.
+
+The trainer only needs ``add``, ``select``, ``metrics``, ``state_dict`` and
+``load_state_dict``; any object with those is a ``ReplayStrategy``. The built-in kinds are
+all one ``HeadroomDriftBuffer`` configured with a scan order and a gate, so they share
+every line of ingress, eviction, scanning, statistics and checkpointing:
+
+- ``none``: no replay (stores nothing, selects nothing);
+- ``naive``: k_rep groups uniformly from the buffer, no gate, no scoring;
+- ``recency``: the newest k_rep groups, no gate, no scoring;
+- ``headroom_only``: HDR's order (cached headroom, descending), no gate;
+- ``drift_only``: HDR's gate, random order;
+- ``hdr``: Headroom-Drift Replay. Variants by argument: ``drift_kind="l1"`` (the L1
+  gate baseline), ``headroom_weighting="advantage"``.
+
+Example::
+
+    buf = make_replay("hdr", capacity=512, k_rep=128, tau=1e-3)
+    buf = make_replay("naive", capacity=512, k_rep=128, seed=1)
+
+Register your own with ``register_replay("mine", factory)``; ``factory(**kwargs)`` must
+return a ``ReplayStrategy``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from agentsearch.replay.buffer import HeadroomDriftBuffer, ScoreFn, Selection
+from agentsearch.replay.groups import ReplayGroup
+
+__all__ = ["ReplayStrategy", "make_replay", "register_replay", "replay_kinds", "BUILTIN_KINDS"]
+
+
+@runtime_checkable
+class ReplayStrategy(Protocol):
+    """What the trainer calls on a replay strategy each step."""
+
+    def add(self, groups: Sequence[ReplayGroup], step: int) -> int:
+        """Offer this step's groups after the update; return how many were admitted."""
+        ...
+
+    def select(self, score_fn: ScoreFn | None, step: int) -> Selection:
+        """Choose groups to replay at ``step``, before the update."""
+        ...
+
+    def metrics(self) -> dict[str, float]:
+        """Buffer-level ``replay/...`` metrics."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        ...
+
+    def __len__(self) -> int:
+        ...
+
+
+# kind -> (scan order, gate)
+BUILTIN_KINDS: dict[str, tuple[str, bool]] = {
+    "none": ("recency", False),
+    "naive": ("random", False),
+    "recency": ("recency", False),
+    "headroom_only": ("headroom", False),
+    "drift_only": ("random", True),
+    "hdr": ("headroom", True),
+}
+
+_REGISTRY: dict[str, Callable[..., ReplayStrategy]] = {}
+
+
+def register_replay(name: str, factory: Callable[..., ReplayStrategy]) -> None:
+    """Make ``make_replay(name, **kwargs)`` call ``factory(**kwargs)``."""
+    if name in BUILTIN_KINDS:
+        raise ValueError(f"{name!r} is a built-in replay kind; pick another name")
+    _REGISTRY[name] = factory
+
+
+def replay_kinds() -> list[str]:
+    """Every name ``make_replay`` accepts."""
+    return list(BUILTIN_KINDS) + sorted(_REGISTRY)
+
+
+def make_replay(kind: str, **kwargs: Any) -> ReplayStrategy:
+    """A replay strategy by name (module doc).
+
+    Built-in kinds take ``HeadroomDriftBuffer``'s arguments: ``capacity`` and ``k_rep``
+    (required, except for ``none``), ``tau`` (required for the gated kinds ``hdr`` and
+    ``drift_only``; ignored otherwise), and optionally ``scan_chunk``,
+    ``headroom_weighting``, ``drift_kind``, ``success_threshold``, ``seed``,
+    ``drought_steps``. ``order`` and ``gate`` are fixed by the kind.
+    """
+    if kind in _REGISTRY:
+        return _REGISTRY[kind](**kwargs)
+    if kind not in BUILTIN_KINDS:
+        raise ValueError(f"unknown replay kind {kind!r}; choose from {replay_kinds()}")
+    order, gate = BUILTIN_KINDS[kind]
+    for fixed in ("order", "gate"):
+        if fixed in kwargs:
+            raise ValueError(f"replay kind {kind!r} fixes {fixed}; pick the kind that has the "
+                             f"{fixed} you want ({BUILTIN_KINDS})")
+    if kind == "none":
+        kwargs.update(capacity=0, k_rep=0)
+    missing = [k for k in ("capacity", "k_rep") if k not in kwargs]
+    if gate and "tau" not in kwargs:
+        missing.append("tau")
+    if missing:
+        raise ValueError(f"replay kind {kind!r} needs {missing} (e.g. capacity=512, k_rep=64, "
+                         "tau=1e-2 as in the paper's search setting)")
+    kwargs.setdefault("tau", math.inf)
+    return HeadroomDriftBuffer(order=order, gate=gate, name=kind, **kwargs)
