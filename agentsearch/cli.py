@@ -13,6 +13,9 @@ import sys
 
 
 def _quiet_env() -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore", message="The pynvml package is deprecated")
     # Before transformers/tokenizers import: no hub access, no fork warnings, no TF chatter.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -117,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--encoder", default=None, help="dense encoder (default offline all-MiniLM-L6-v2)")
     b.add_argument("--batch-size", type=int, default=64)
     b.add_argument("--threads", type=int, default=None, help="worker threads (default: all cores)")
+    b.add_argument("--vectors-from", default=None,
+                   help="dense-flat index whose vectors to reuse (dense-hnsw/dense-ivf)")
     s.set_defaults(fn=cmd_index)
 
     s = sub.add_parser("serve", help="serve an index over HTTP (Search-R1 /retrieve protocol)")
@@ -125,6 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--max-queries", type=int, default=256, help="queries per request cap")
     s.add_argument("--max-topk", type=int, default=100, help="topk cap")
+    s.add_argument("--max-query-chars", type=int, default=4096, help="characters per query cap")
+    s.add_argument("--batch-window-ms", type=float, default=0.0,
+                   help="coalesce concurrent requests into one search (helps dense indexes "
+                        "with one-query-per-request clients)")
+    s.add_argument("--threads", type=int, default=None, help="search threads (torch/FAISS/numba/Java)")
     s.set_defaults(fn=cmd_serve)
 
     s = sub.add_parser("pareto", help="quality-vs-wall-clock curves from run folders")

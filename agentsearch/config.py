@@ -80,7 +80,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             value = yaml.safe_load(value)
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")
-        return dict(value)
+        return {k: _scalar(v) for k, v in value.items()}
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -116,6 +116,26 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected a string, got {value!r}")
         return str(value)
     return value
+
+
+def _scalar(v: Any) -> Any:
+    """Free-form mappings (``env_kwargs``) get command-line strings typed like YAML scalars:
+    ``topk=2`` -> 2, ``x=1e-3`` -> 0.001, ``flag=true`` -> True, ``y=null`` -> None."""
+    if isinstance(v, dict):
+        return {k: _scalar(x) for k, x in v.items()}
+    if not isinstance(v, str):
+        return v
+    low = v.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("null", "~"):
+        return None
+    for cast in (int, float):
+        try:
+            return cast(v)
+        except ValueError:
+            pass
+    return v
 
 
 def from_dict(cls: type[T], data: dict, prefix: str = "") -> T:

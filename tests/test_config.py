@@ -51,3 +51,16 @@ def test_parse_overrides_nesting():
 def test_unknown_preset():
     with pytest.raises(ConfigError, match="unknown preset"):
         apply_overrides(Outer, "no-such-preset", [])
+
+
+@dataclass
+class WithMapping:
+    kwargs: dict = field(default_factory=dict)
+
+
+def test_free_form_mapping_values_are_typed():
+    cfg = apply_overrides(WithMapping, {"kwargs": {"topk": 3, "name": "x"}},
+                          ["kwargs.topk=2", "kwargs.tau=1e-3", "kwargs.flag=true", "kwargs.none=null",
+                           "kwargs.prompt=Search with <search> q </search>: then answer."])
+    assert cfg.kwargs == {"topk": 2, "name": "x", "tau": 1e-3, "flag": True, "none": None,
+                          "prompt": "Search with <search> q </search>: then answer."}

@@ -1,0 +1,34 @@
+"""Gymnasium-style multi-turn text environments, tools, and token-exact rollouts.
+
+- ``TextEnv`` (``core``): the contract. ``reset(seed, options) -> (obs, info)``,
+  ``step(action) -> (obs, reward, terminated, truncated, info)``, ``await astep(action)``.
+- ``SearchEnv`` (``agentsearch/Search-v0``) and ``MathEnv`` (``agentsearch/Math-v0``).
+- Tools (``tools``): the async ``Tool`` protocol and its registry (entry points of the
+  ``agentsearch.tools`` group, or ``module:attr`` paths).
+- ``rollout`` (``rollout``): many episodes at once, one batched generation per turn,
+  token ids + action masks + generation logprobs out.
+
+Importing this package registers the env ids with Gymnasium; it does not import torch.
+"""
+
+from agentsearch.envs.core import TextEnv, TextEnvConfig, UnicodeText, observation_text
+from agentsearch.envs.math import MathEnv, MathEnvConfig
+from agentsearch.envs.registration import ENV_IDS, register_envs
+from agentsearch.envs.rollout import Episode, RolloutStats, arollout, rollout
+from agentsearch.envs.search import SearchEnv, SearchEnvConfig
+from agentsearch.envs.tools import (
+                                    CalculatorTool,
+                                    PythonTool,
+                                    SearchTool,
+                                    Tool,
+                                    available_tools,
+                                    load_tool,
+                                    load_tools,
+)
+
+register_envs()
+
+__all__ = ["TextEnv", "TextEnvConfig", "UnicodeText", "observation_text", "SearchEnv",
+           "SearchEnvConfig", "MathEnv", "MathEnvConfig", "Tool", "SearchTool", "CalculatorTool",
+           "PythonTool", "load_tool", "load_tools", "available_tools", "rollout", "arollout",
+           "Episode", "RolloutStats", "ENV_IDS", "register_envs"]

@@ -53,8 +53,13 @@ class SyncRetrieverMixin:
 
 
 def format_hits(hits: list[Hit]) -> str:
-    """Search-R1's passage formatting: ``Doc i(Title: t) text`` one per line."""
-    return "\n".join(f"Doc {i + 1}(Title: {h.title}) {h.text}" for i, h in enumerate(hits))
+    """Search-R1's passage formatting, exactly: ``Doc i(Title: "t") text`` one per line.
+
+    Like Search-R1's ``_passages2string``, the title is the contents' first line as it is
+    (with the corpus's quotes), the text the rest.
+    """
+    return "\n".join(f"Doc {i + 1}(Title: {h.contents.partition(chr(10))[0]}) {h.text}"
+                     for i, h in enumerate(hits))
 
 
 REGISTRY: dict[str, type] = {}

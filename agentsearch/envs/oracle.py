@@ -1,0 +1,86 @@
+"""A scripted oracle search agent, for SFT warm starts and tests.
+
+``search_oracle(tasks, titles)`` returns a policy for ``ScriptedBackend``: for the task
+whose question is in the conversation it searches the title of each gold article in turn,
+then answers with the first golden answer, in either turn format. Run through
+``rollout`` it yields episodes with the same token ids and action masks as sampled ones
+(environment tokens masked), which is what an SFT warm start trains on::
+
+    from agentsearch.envs import SearchEnv, rollout
+    from agentsearch.envs.oracle import world_oracle
+    from agentsearch.trainer.generation import SamplingParams, ScriptedBackend
+
+    tasks, policy = world_oracle(split="train")
+    episodes, _ = rollout(lambda: SearchEnv(), tasks[:64], ScriptedBackend(tok, policy),
+                          SamplingParams(max_new_tokens=256))
+
+``think=False`` drops the ``<think>`` sentences (shorter turns for tiny models);
+``noise`` > 0 makes that share of questions start with a search for a random wrong
+entity first, so the agent also sees recovery from a useless search.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Callable
+
+__all__ = ["search_oracle", "world_oracle"]
+
+# the question line ends at a newline (tags prompt) or at the user turn's end (JSON prompt)
+_QUESTION = re.compile(r"Question: (.*?)(?:\n|<\|im_end\|>|</s>|$)")
+
+
+def search_oracle(tasks: list[dict], titles: dict[str, str], turn_format: str = "tags",
+                  eos: str = "<|im_end|>", *, think: bool = True, noise: float = 0.0,
+                  seed: int = 0) -> Callable[[str], str]:
+    """A policy ``conversation -> turn`` for tasks with ``gold_doc_ids``; ``titles`` maps
+    document ids to article titles. ``eos`` ends JSON-format turns (the template's
+    end-of-turn text)."""
+    by_question = {str(t["question"]).strip(): t for t in tasks}
+    rng = random.Random(seed)
+    detour = {q: rng.random() < noise for q in by_question}
+    wrong = {q: rng.choice(sorted(titles.values())) for q, d in detour.items() if d}
+
+    def find(conversation: str) -> dict:
+        for m in _QUESTION.finditer(conversation):  # the user's question line
+            if (task := by_question.get(m.group(1).strip())) is not None:
+                return task
+        raise KeyError("the oracle does not know this conversation's question")
+
+    def policy(conversation: str) -> str:
+        task = find(conversation)
+        q = str(task["question"]).strip()
+        hops = [titles[d] for d in task.get("gold_doc_ids", []) if d in titles]
+        if q in wrong:
+            hops = [wrong[q], *hops]
+        done = (conversation.count("\n\n<information>") if turn_format == "tags"
+                else conversation.count("<tool_response>"))
+        answer = str(task["golden_answers"][0])
+        if done < len(hops):
+            title = hops[done]
+            if turn_format == "tags":
+                pre = f"<think>I need to look up {title}.</think>\n" if think else ""
+                return f"{pre}<search> {title} </search>"
+            call = json.dumps({"name": "search", "arguments": {"query": title}})
+            return f"<tool_call>\n{call}\n</tool_call>{eos}"
+        if turn_format == "tags":
+            pre = "<think>The documents answer it.</think>\n" if think else ""
+            return f"{pre}<answer> {answer} </answer>"
+        return f"<answer> {answer} </answer>{eos}"
+
+    return policy
+
+
+def world_oracle(split: str = "train", seed: int = 0, entities: int | None = None,
+                 turn_format: str = "tags", **policy_kwargs) -> tuple[list[dict], Callable[[str], str]]:
+    """The synthetic world's ``split`` questions and an oracle policy for them
+    (``policy_kwargs``: ``think``, ``noise``, ``seed``, ``eos`` of ``search_oracle``)."""
+    from agentsearch.data import read_jsonl, world_dir
+    from agentsearch.data.loaders import split_contents
+
+    folder = world_dir(seed=seed, entities=entities)
+    tasks = list(read_jsonl(folder / f"{split}.jsonl"))
+    titles = {row["id"]: split_contents(row["contents"])[0] for row in read_jsonl(folder / "corpus.jsonl")}
+    return tasks, search_oracle(tasks, titles, turn_format, **policy_kwargs)

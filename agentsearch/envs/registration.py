@@ -1,0 +1,29 @@
+"""Gymnasium registration of every agentsearch environment id.
+
+``import agentsearch.envs`` registers them, so ``gymnasium.make("agentsearch/Search-v0",
+turn_format="json", topk=5)`` works; keyword arguments are settings of the env's config
+(``SearchEnvConfig``, ``MathEnvConfig``) or its extra arguments (``tasks=``,
+``retriever=``). The envs handle ``max_turns`` themselves (no ``TimeLimit`` wrapper), and
+are deterministic for a seeded reset and a given action (``nondeterministic=False``).
+Bump the version of an id when its reward semantics change.
+"""
+
+from __future__ import annotations
+
+import gymnasium
+
+__all__ = ["ENV_IDS", "register_envs"]
+
+ENV_IDS = {
+    "agentsearch/Search-v0": "agentsearch.envs.search:SearchEnv",
+    "agentsearch/Math-v0": "agentsearch.envs.math:MathEnv",
+}
+
+
+def register_envs() -> list[str]:
+    """Register every id (idempotent); returns the ids."""
+    for env_id, entry_point in ENV_IDS.items():
+        if env_id not in gymnasium.registry:
+            gymnasium.register(id=env_id, entry_point=entry_point, nondeterministic=False,
+                               disable_env_checker=False)
+    return list(ENV_IDS)

@@ -1,0 +1,154 @@
+"""Multi-turn search QA: ``agentsearch/Search-v0``."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentsearch.envs.core import TextEnv, TextEnvConfig
+from agentsearch.envs.rewards import AnswerScore, qa_score
+
+__all__ = ["SearchEnv", "SearchEnvConfig", "SEARCH_R1_PROMPT", "default_retriever"]
+
+# Search-R1's instruction (its ``nq_search.py`` "base" template), verbatim.
+SEARCH_R1_PROMPT = (
+    "Answer the given question. "
+    "You must conduct reasoning inside <think> and </think> first every time you get new "
+    "information. After reasoning, if you find you lack some knowledge, you can call a search "
+    "engine by <search> query </search> and it will return the top searched results between "
+    "<information> and </information>. You can search as many times as your want. If you find "
+    "no further external knowledge needed, you can directly provide the answer inside <answer> "
+    "and </answer>, without detailed illustrations. For example, <answer> Beijing </answer>. "
+    "Question: {question}\n")
+
+JSON_SYSTEM_PROMPT = (
+    "You answer questions by searching an encyclopedia. Call the search tool to look up facts "
+    "you do not know; you can call it several times. When you know the answer, reply with it "
+    "inside <answer> and </answer>, without detailed illustrations. "
+    "For example, <answer> Beijing </answer>.")
+
+
+@dataclass
+class SearchEnvConfig(TextEnvConfig):
+    """Settings of ``SearchEnv`` (plus those of ``TextEnvConfig``)."""
+
+    tools: tuple = ("search",)
+    world_seed: int = 0
+    """The synthetic world whose questions and corpus are used when nothing else is given."""
+    world_entities: int | None = None
+    """Size of that world (None: the default 1,400 entities)."""
+    questions: str | None = None
+    """A question file (JSONL/JSON/Search-R1 parquet) instead of the world's ``split``."""
+    index: str | None = None
+    """An index folder (``agentsearch index build``) instead of the world's bm25s index."""
+    topk: int = 3
+    """Passages per search (Search-R1 uses 3)."""
+    answer_metric: str = "em"
+    """``reward/answer`` is exact match (``"em"``) or token F1 (``"f1"``)."""
+
+
+_TASKS: dict[str, list[dict]] = {}
+_RETRIEVERS: dict[tuple, object] = {}
+_lock = threading.Lock()
+
+
+def _load_rows(path: Path) -> list[dict]:
+    key = str(path)
+    if key not in _TASKS:
+        from agentsearch.data import load_questions
+
+        _TASKS[key] = load_questions(path)
+    return _TASKS[key]
+
+
+def default_retriever(index: str | None = None, world_seed: int = 0,
+                      world_entities: int | None = None):
+    """The shared default retriever: the folder ``index``, or the world's bm25s index (built
+    on first use and cached on disk), behind a ``BatchingRetriever``. One per process."""
+    key = (index, world_seed, world_entities)
+    with _lock:
+        if key not in _RETRIEVERS:
+            from agentsearch import retrievers
+
+            if index is not None:
+                base = retrievers.load_retriever(index)
+            else:
+                base = retrievers.world_index(seed=world_seed, kind="bm25s",
+                                              entities=world_entities)
+                if isinstance(base, (str, Path)):
+                    base = retrievers.load_retriever(base)
+            _RETRIEVERS[key] = retrievers.BatchingRetriever(base)
+        return _RETRIEVERS[key]
+
+
+class SearchEnv(TextEnv):
+    """Answer a question by searching a corpus, over several turns.
+
+    The default works out of the box: questions of the embedded synthetic world
+    (``split`` train/dev/test) and a bm25s index of its corpus, built on first use.
+
+    ## Action space
+    One turn of text (``UnicodeText``, up to ``max_action_chars``). Tag format (default,
+    Search-R1): optional ``<think>…</think>``, then ``<search> query </search>`` or
+    ``<answer> text </answer>``; the block closed first counts, text after it is ignored
+(generation stops at the first closing tag). JSON format:
+    ``<tool_call>{"name": "search", "arguments": {"query": "…"}}</tool_call>`` (up to
+    ``max_calls_per_turn`` calls, run concurrently) or ``<answer>…</answer>``.
+
+    ## Observation space
+    Text (``UnicodeText``). At reset: the prompt (Search-R1's instruction in a user turn for
+    tags; a system prompt with the tool schemas for JSON), rendered with the chat template
+    and ending with the assistant generation prompt. After a search: tags
+    ``\\n\\n<information>Doc 1(Title: …) …</information>\\n\\n``; JSON: the end of the
+    assistant turn, the template's tool-response turn and the next generation prompt.
+    After a malformed turn: an error message saying what to write. ``""`` at the end.
+
+    ## Rewards
+    ``reward/answer``: exact match of the SQuAD-normalised answer against any golden
+    answer (or token F1 with ``answer_metric="f1"``) on the answering step.
+    ``reward/format``: ``-format_penalty`` per malformed turn. ``answer_correct`` is
+    exact match, whatever the format.
+
+    ## Episode end
+    Terminated by an answer; truncated when turn ``max_turns`` (default 4) is not an answer.
+
+    ## Version history
+    - v0: initial version.
+    """
+
+    Config = SearchEnvConfig
+
+    def __init__(self, config: SearchEnvConfig | None = None, *, retriever=None, **kwargs):
+        self._retriever = retriever
+        super().__init__(config, **kwargs)
+
+    def tool_kwargs(self) -> dict[str, dict]:
+        cfg = self.config
+        search = {"topk": cfg.topk, "index": cfg.index, "world_seed": cfg.world_seed,
+                  "world_entities": cfg.world_entities, "retriever": self._retriever}
+        return {"search": search, **cfg.tool_kwargs}
+
+    def load_tasks(self) -> list[dict]:
+        if self.config.questions is not None:
+            return _load_rows(Path(self.config.questions))
+        from agentsearch.data import world_dir
+
+        split = self.config.split
+        path = world_dir(seed=self.config.world_seed, entities=self.config.world_entities) / f"{split}.jsonl"
+        if not path.exists():
+            raise ValueError(f"the synthetic world has no split {split!r}; use train, dev or test")
+        return _load_rows(path)
+
+    def instructions(self, task: dict) -> list[dict]:
+        q = str(task["question"]).strip()
+        if self.config.turn_format == "tags":
+            prompt = self.config.system_prompt or SEARCH_R1_PROMPT.split("Question:")[0]
+            extra = "".join(f"You can also use {n} ({t.description.rstrip('.')}) by <{n}> … </{n}>. "
+                            for n, t in self.tools.items() if n != "search")
+            return [{"role": "user", "content": f"{prompt}{extra}Question: {q}\n"}]
+        return [{"role": "system", "content": self.config.system_prompt or JSON_SYSTEM_PROMPT},
+                {"role": "user", "content": f"Question: {q}"}]
+
+    def score(self, answer: str, task: dict) -> AnswerScore:
+        return qa_score(answer, [str(g) for g in task["golden_answers"]], self.config.answer_metric)

@@ -1,0 +1,252 @@
+"""The HTTP client for a ``/retrieve`` server (ours or Search-R1's): a ``Retriever``.
+
+>>> r = RemoteRetriever("http://127.0.0.1:8000")
+>>> r.search(["who founded Biagam Company?"], k=3)          # sync, one request per call
+>>> await asyncio.gather(*(r.asearch([q], 3) for q in qs))   # async, micro-batched
+
+Concurrent ``asearch`` calls (one per episode) are coalesced for ``window_ms`` into one
+request of up to ``max_batch`` queries (``MicroBatcher``), which is what makes remote search
+fast: the server scores a batch for little more than the cost of one query.
+
+Failures: each request has a ``timeout``; connection errors, timeouts and 5xx/429 answers
+are retried ``retries`` times with exponential backoff and jitter; after the last attempt
+the callers get a ``RetrieverError`` naming the server and the last cause. Other 4xx
+answers (a request the server will never accept) raise ``RetrieverError`` at once with the
+server's message. Arguments the server would refuse are caught here first: ``k`` above
+``max_topk`` is a ``ValueError`` for that caller only, and queries are cut to
+``max_query_chars`` characters so one runaway episode cannot fail a shared batch.
+``cache_size > 0`` keeps an LRU cache of ``(query, k)`` results. If the server runs with
+other limits than the defaults, pass them here too (``GET /health`` lists them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import OrderedDict
+
+from agentsearch.retrievers.base import Hit, RetrieverError
+from agentsearch.retrievers.batching import MicroBatcher
+
+__all__ = ["RemoteRetriever"]
+
+_RETRY_STATUS = {429, 500, 502, 503, 504}
+
+
+def parse_result(payload, n_queries: int) -> list[list[Hit]]:
+    """Hits from a ``{"result": [...]}`` answer, with or without scores."""
+    try:
+        result = payload["result"]
+        if len(result) != n_queries:
+            raise ValueError(f"{len(result)} result lists for {n_queries} queries")
+        out = []
+        for items in result:
+            hits = []
+            for item in items:
+                doc = item["document"] if "document" in item else item
+                hits.append(Hit(str(doc.get("id", "")), doc["contents"], float(item.get("score", 0.0))))
+            out.append(hits)
+        return out
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise RetrieverError(f"unexpected answer from the retrieval server ({e}); is it a "
+                             "Search-R1 /retrieve endpoint?") from None
+
+
+class RemoteRetriever:
+    """``Retriever`` over HTTP. See the module docstring for batching, retries and limits."""
+
+    def __init__(self, url: str = "http://127.0.0.1:8000", *, timeout: float = 30.0,
+                 connect_timeout: float = 3.0, retries: int = 3, backoff: float = 0.25,
+                 window_ms: float = 5.0, max_batch: int = 256, max_inflight: int = 4,
+                 max_topk: int = 100, max_query_chars: int = 4096, cache_size: int = 0,
+                 micro_batch: bool = True):
+        url = url.rstrip("/")
+        self.base_url = url[: -len("/retrieve")] if url.endswith("/retrieve") else url
+        self.url = self.base_url + "/retrieve"
+        self.retries, self.backoff, self.max_batch = retries, backoff, max_batch
+        self.max_topk, self.max_query_chars, self.micro_batch = max_topk, max_query_chars, micro_batch
+        self.max_inflight = max_inflight
+        self._timeout = (timeout, connect_timeout)
+        self.batcher = MicroBatcher(self._apost, window_ms, max_batch, max_inflight)
+        self.cache_size = cache_size
+        self._cache: OrderedDict[tuple[str, int], list[Hit]] = OrderedDict()
+        self._aclient = None
+        self._aclient_loop = None
+        self._client = None
+        self._rng = random.Random()
+        self.stats = {"requests": 0, "retries": 0, "cache_hits": 0}
+
+    # -- plumbing -----------------------------------------------------------------
+    def _httpx_timeout(self):
+        import httpx
+
+        return httpx.Timeout(self._timeout[0], connect=self._timeout[1])
+
+    def _async_client(self):
+        import httpx
+
+        loop = asyncio.get_running_loop()
+        if self._aclient is None or self._aclient_loop is not loop:
+            # An httpx.AsyncClient belongs to the loop that made it; a new loop gets a new one.
+            limits = httpx.Limits(max_connections=2 * self.max_inflight + 8)
+            self._aclient = httpx.AsyncClient(timeout=self._httpx_timeout(), limits=limits)
+            self._aclient_loop = loop
+        return self._aclient
+
+    def _check(self, queries: list[str], k: int) -> list[str]:
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.max_topk:
+            raise ValueError(f"k must be an integer in 1..{self.max_topk}, got {k!r}")
+        return [q[: self.max_query_chars] for q in queries]
+
+    def _payload(self, queries: list[str], k: int) -> dict:
+        return {"queries": queries, "topk": k, "return_scores": True}
+
+    def _give_up(self, attempts: int, last: str) -> RetrieverError:
+        return RetrieverError(f"retrieval server {self.url} failed {attempts} times; last: {last}. "
+                              "Is `agentsearch serve` running there?")
+
+    def _delay(self, attempt: int) -> float:
+        return self.backoff * (2 ** attempt) * (1 + 0.5 * self._rng.random())
+
+    def _answer(self, resp, n: int) -> list[list[Hit]] | str:
+        """Hits, or the reason to retry; raises for answers that retrying cannot fix."""
+        if resp.status_code in _RETRY_STATUS:
+            return f"HTTP {resp.status_code}: {resp.text[:300]}"
+        if resp.status_code >= 400:
+            try:
+                detail = resp.json().get("detail", resp.text)
+            except ValueError:
+                detail = resp.text
+            raise RetrieverError(f"retrieval server {self.url} refused the request "
+                                 f"(HTTP {resp.status_code}): {str(detail)[:500]}")
+        try:
+            payload = resp.json()
+        except ValueError:
+            return f"answer is not JSON: {resp.text[:200]!r}"
+        return parse_result(payload, n)
+
+    async def _apost(self, queries: list[str], k: int) -> list[list[Hit]]:
+        import httpx
+
+        client, last = self._async_client(), ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                self.stats["retries"] += 1
+                await asyncio.sleep(self._delay(attempt - 1))
+            self.stats["requests"] += 1
+            try:
+                resp = await client.post(self.url, json=self._payload(queries, k))
+            except httpx.TransportError as e:
+                last = f"{type(e).__name__}: {e}"
+                continue
+            got = self._answer(resp, len(queries))
+            if not isinstance(got, str):
+                return got
+            last = got
+        raise self._give_up(self.retries + 1, last)
+
+    def _post(self, queries: list[str], k: int) -> list[list[Hit]]:
+        import httpx
+
+        if self._client is None:
+            self._client = httpx.Client(timeout=self._httpx_timeout())
+        last = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                self.stats["retries"] += 1
+                time.sleep(self._delay(attempt - 1))
+            self.stats["requests"] += 1
+            try:
+                resp = self._client.post(self.url, json=self._payload(queries, k))
+            except httpx.TransportError as e:
+                last = f"{type(e).__name__}: {e}"
+                continue
+            got = self._answer(resp, len(queries))
+            if not isinstance(got, str):
+                return got
+            last = got
+        raise self._give_up(self.retries + 1, last)
+
+    # -- cache --------------------------------------------------------------------
+    def _cached(self, queries: list[str], k: int) -> tuple[list[list[Hit] | None], list[str]]:
+        found: list[list[Hit] | None] = [None] * len(queries)
+        if self.cache_size > 0:
+            for i, q in enumerate(queries):
+                hit = self._cache.get((q, k))
+                if hit is not None:
+                    self._cache.move_to_end((q, k))
+                    found[i] = hit
+                    self.stats["cache_hits"] += 1
+        return found, [q for q, f in zip(queries, found) if f is None]
+
+    def _fill(self, queries: list[str], k: int, found, fetched: list[list[Hit]]) -> list[list[Hit]]:
+        it = iter(fetched)
+        out = []
+        for q, f in zip(queries, found):
+            if f is None:
+                f = next(it)
+                if self.cache_size > 0:
+                    self._cache[(q, k)] = f
+                    if len(self._cache) > self.cache_size:
+                        self._cache.popitem(last=False)
+            out.append(f)
+        return out
+
+    # -- the Retriever protocol ---------------------------------------------------
+    async def asearch(self, queries: list[str], k: int = 3) -> list[list[Hit]]:
+        """Search, sharing one request with other concurrent callers (when ``micro_batch``)."""
+        queries = self._check(queries, k)
+        found, missing = self._cached(queries, k)
+        if not missing:
+            return self._fill(queries, k, found, [])
+        if self.micro_batch:
+            fetched = await self.batcher.submit(missing, k)
+        else:
+            fetched = []
+            for s in range(0, len(missing), self.max_batch):
+                fetched += await self._apost(missing[s:s + self.max_batch], k)
+        return self._fill(queries, k, found, fetched)
+
+    def search(self, queries: list[str], k: int = 3) -> list[list[Hit]]:
+        """Blocking search: one request per ``max_batch`` queries."""
+        queries = self._check(queries, k)
+        found, missing = self._cached(queries, k)
+        fetched = []
+        for s in range(0, len(missing), self.max_batch):
+            fetched += self._post(missing[s:s + self.max_batch], k)
+        return self._fill(queries, k, found, fetched)
+
+    def health(self) -> dict:
+        """The server's ``GET /health`` answer (raises ``RetrieverError`` if unreachable)."""
+        import httpx
+
+        try:
+            resp = httpx.get(self.base_url + "/health", timeout=self._httpx_timeout())
+            resp.raise_for_status()
+            return resp.json()
+        except (httpx.HTTPError, ValueError) as e:
+            raise RetrieverError(f"retrieval server {self.base_url} is not healthy: {e}") from e
+
+    async def aclose(self) -> None:
+        if self._aclient is not None:
+            await self._aclient.aclose()
+            self._aclient = None
+        self.close()
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.aclose()

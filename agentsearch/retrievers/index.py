@@ -1,0 +1,148 @@
+"""Build index folders and open them.
+
+>>> from agentsearch.retrievers import build_index, load_retriever
+>>> build_index("corpus.jsonl", "bm25s", "indexes/bm25s")        # or bm25, dense-flat, ...
+>>> r = load_retriever("indexes/bm25s")                          # any kind, by its manifest
+>>> r.search(["who founded Biagam Company?"], k=3)
+
+Kinds: ``bm25s`` (pure Python BM25), ``bm25`` (Pyserini/Lucene BM25, needs Java 21),
+``dense-flat``, ``dense-hnsw``, ``dense-ivf`` (FAISS over a sentence encoder, default the
+offline all-MiniLM-L6-v2). Builds write into a temporary folder and rename it into place,
+so a reader never sees half an index. Command line: ``agentsearch index build --corpus FILE
+--kind KIND --out DIR``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from agentsearch.retrievers.base import REGISTRY, Retriever, RetrieverError
+from agentsearch.retrievers.store import FORMAT, MANIFEST, DocStore, read_manifest, write_manifest
+
+__all__ = ["KINDS", "build_index", "load_retriever", "world_index", "main"]
+
+# kind -> module whose import registers it (imported only when that kind is used)
+KINDS: dict[str, str] = {
+    "bm25s": "agentsearch.retrievers.bm25",
+    "bm25": "agentsearch.retrievers.lucene",
+    "dense-flat": "agentsearch.retrievers.dense",
+    "dense-hnsw": "agentsearch.retrievers.dense",
+    "dense-ivf": "agentsearch.retrievers.dense",
+}
+
+
+def _backend(kind: str):
+    if kind not in REGISTRY:
+        if kind not in KINDS:
+            raise RetrieverError(f"unknown index kind {kind!r}; known: {', '.join(sorted(KINDS))} "
+                                 "(or register your own with @register_retriever)")
+        importlib.import_module(KINDS[kind])
+    return REGISTRY[kind]
+
+
+def build_index(corpus_path: str | Path, kind: str, out_dir: str | Path, *,
+                progress: bool = True, **kw) -> Path:
+    """Index ``corpus_path`` (JSONL ``{"id", "contents"}``) as ``kind`` into ``out_dir``.
+
+    Keyword arguments go to the backend: ``threads`` (all), ``encoder``, ``batch_size``,
+    ``query_prefix``, ``passage_prefix``, ``max_length``, ``vectors_from`` (dense; the last
+    reuses a dense-flat folder's vectors), ``hnsw_m``, ``ef_search`` (dense-hnsw), ``nlist``,
+    ``nprobe`` (dense-ivf), ``stemmer``, ``k1``, ``b`` (bm25s and bm25). An existing index folder
+    at ``out_dir`` is replaced; any other non-empty folder is left alone (error).
+    Returns ``out_dir``.
+    """
+    from agentsearch.retrievers._progress import Progress
+
+    out_dir = Path(out_dir)
+    backend = _backend(kind)
+    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / MANIFEST).exists():
+        raise RetrieverError(f"{out_dir} exists and is not an index folder; choose another --out")
+    t0 = time.perf_counter()
+    docs = DocStore.from_corpus(corpus_path)
+    tmp = out_dir.with_name(f".{out_dir.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        bar = Progress(len(docs), f"{kind:10s}", enabled=progress)
+        extra = backend.build(docs, tmp, progress=bar, **{k: v for k, v in kw.items() if v is not None})
+        bar.close()
+        docs.save(tmp)
+        write_manifest(tmp, {"format": FORMAT, "kind": kind, "num_docs": len(docs),
+                             "corpus_sha256": docs.sha256(), "corpus_path": str(corpus_path),
+                             "build_seconds": round(time.perf_counter() - t0, 2),
+                             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra})
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        tmp.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def load_retriever(index: str | Path | list, **kw) -> Retriever:
+    """Open an index folder by its ``manifest.json``; a list of 2+ folders gives a hybrid
+    (reciprocal-rank fusion) retriever over all of them.
+
+    Keyword arguments go to the backend: ``threads``; for dense ``encoder`` (must match the
+    one the index was built with), ``ef_search`` (HNSW), ``nprobe`` (IVF), ``batch_size``.
+    """
+    if isinstance(index, (list, tuple)):
+        if len(index) == 1:
+            return load_retriever(index[0], **kw)
+        from agentsearch.retrievers.hybrid import HybridRetriever
+
+        return HybridRetriever([load_retriever(p, **kw) for p in index])
+    index = Path(index)
+    manifest = read_manifest(index)
+    retriever = _backend(manifest["kind"]).load(index, manifest, **kw)
+    retriever.manifest = manifest
+    return retriever
+
+
+def world_index(seed: int = 0, kind: str = "bm25s", entities: int | None = None, **kw) -> Path:
+    """The index of the synthetic world ``world_dir(seed, entities)``, built on first use.
+
+    Cached under ``$AGENTSEARCH_CACHE/indexes``; concurrent first uses each build into a
+    private folder and the first rename wins, so readers never see a partial index.
+    """
+    from agentsearch.data import world_dir
+    from agentsearch.models import cache_dir
+
+    world = world_dir(seed=seed, entities=entities)
+    # A non-default encoder is part of the cache key; threads and the like are not.
+    tag = "-" + re.sub(r"[^A-Za-z0-9._-]+", "_", str(kw["encoder"]))[-60:] if kw.get("encoder") else ""
+    out = cache_dir() / "indexes" / f"world-{world.name}-{kind}{tag}"
+    if (out / MANIFEST).exists():
+        return out
+    tmp = out.with_name(f"{out.name}.build{os.getpid()}")
+    build_index(world / "corpus.jsonl", kind, tmp, progress=False, **kw)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process finished first; its index is identical
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def main(a) -> int:
+    """``agentsearch index build --corpus FILE --kind KIND --out DIR [--encoder E]``."""
+    kw = {"threads": a.threads}
+    if a.kind.startswith("dense"):
+        kw.update(encoder=a.encoder, batch_size=a.batch_size,
+                  vectors_from=getattr(a, "vectors_from", None))
+    elif a.encoder:
+        print(f"agentsearch index: --encoder is ignored for kind {a.kind}", file=sys.stderr)
+    try:
+        out = build_index(a.corpus, a.kind, a.out, **kw)
+    except (RetrieverError, ValueError) as e:
+        print(f"agentsearch index: error: {e}", file=sys.stderr)
+        return 2
+    m = read_manifest(out)
+    print(f"built {m['kind']} index of {m['num_docs']:,} documents in {m['build_seconds']} s: {out}")
+    return 0

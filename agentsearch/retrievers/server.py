@@ -1,0 +1,207 @@
+"""The retrieval server: Search-R1's ``/retrieve`` protocol over any retriever.
+
+::
+
+    agentsearch serve --index indexes/bm25s [--host 127.0.0.1] [--port 8000]
+    agentsearch serve --index indexes/bm25s indexes/dense-flat     # hybrid (RRF)
+
+``POST /retrieve`` with ``{"queries": [...], "topk": 3, "return_scores": true}`` answers
+``{"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}``, one list per query,
+exactly what Search-R1's ``generation.py`` sends and parses. Without ``return_scores`` (its
+default is false) each list holds the bare documents, as Search-R1's server returns them.
+``topk`` missing or null means 3. ``GET /health`` reports the index and the limits.
+
+Limits (constructor arguments / flags): queries per request, characters per query, topk,
+body bytes. A request over a limit, or one that is not JSON of that shape, gets a 4xx answer
+``{"detail": "<what is wrong and how to fix it>"}``; it never takes the server down.
+Empty queries are not errors: they get an empty list, so one bad episode cannot fail a
+batch shared with others. The server binds 127.0.0.1 unless told otherwise; it has no
+authentication, so expose it only on trusted networks.
+
+For tests and notebooks, ``serve_in_thread(retriever)`` runs it on a free loopback port.
+"""
+
+# No `from __future__ import annotations` here: FastAPI must see the real `Request` class
+# in the endpoint signatures, which are defined inside create_app.
+import contextlib
+import json
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+from agentsearch.retrievers.base import Hit, Retriever
+
+__all__ = ["create_app", "serve_in_thread", "main", "Limits"]
+
+DEFAULT_TOPK = 3
+
+
+class Limits:
+    """Request limits; every violation is a 4xx with a message naming the flag to change."""
+
+    def __init__(self, max_queries: int = 256, max_topk: int = 100, max_query_chars: int = 4096,
+                 max_body_bytes: int = 4 << 20):
+        self.max_queries, self.max_topk = max_queries, max_topk
+        self.max_query_chars, self.max_body_bytes = max_query_chars, max_body_bytes
+
+    def as_dict(self) -> dict:
+        return dict(vars(self))
+
+
+class BadRequest(Exception):
+    def __init__(self, status: int, detail: str):
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+def parse_request(body: bytes, limits: Limits) -> tuple[list[str], int, bool]:
+    """Validate a ``/retrieve`` body; returns ``(queries, topk, return_scores)``."""
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest(400, f"request body is not valid JSON ({e}); send "
+                              '{"queries": ["..."], "topk": 3, "return_scores": true}') from None
+    if not isinstance(payload, dict):
+        raise BadRequest(422, 'request body must be a JSON object: {"queries": ["..."], "topk": 3}')
+    queries = payload.get("queries")
+    if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
+        raise BadRequest(422, '"queries" must be a list of strings')
+    if len(queries) > limits.max_queries:
+        raise BadRequest(413, f"{len(queries)} queries in one request; this server takes at most "
+                              f"{limits.max_queries} (split the batch, or restart it with --max-queries)")
+    for i, q in enumerate(queries):
+        if len(q) > limits.max_query_chars:
+            raise BadRequest(413, f"query {i} has {len(q):,} characters; the limit is "
+                                  f"{limits.max_query_chars:,} (shorten it; the client truncates for you)")
+    topk = payload.get("topk")
+    if topk is None:
+        topk = DEFAULT_TOPK
+    elif isinstance(topk, float) and topk.is_integer():
+        topk = int(topk)
+    if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
+        raise BadRequest(422, f'"topk" must be a positive integer, got {payload.get("topk")!r}')
+    if topk > limits.max_topk:
+        raise BadRequest(422, f"topk {topk} is above this server's cap of {limits.max_topk} "
+                              "(ask for fewer, or restart it with --max-topk)")
+    return_scores = payload.get("return_scores", False)
+    if not isinstance(return_scores, bool):
+        raise BadRequest(422, f'"return_scores" must be true or false, got {return_scores!r}')
+    return queries, topk, return_scores
+
+
+def render(hits: list[list[Hit]], return_scores: bool) -> bytes:
+    def doc(h: Hit) -> dict:
+        return {"id": h.doc_id, "contents": h.contents}
+
+    if return_scores:
+        result = [[{"document": doc(h), "score": h.score} for h in hs] for hs in hits]
+    else:
+        result = [[doc(h) for h in hs] for hs in hits]
+    return json.dumps({"result": result}, ensure_ascii=False).encode()
+
+
+def create_app(retriever: Retriever, limits: Limits | None = None, batch_window_ms: float = 0.0):
+    """The FastAPI app. ``batch_window_ms > 0`` also coalesces concurrent requests into one
+    batched search (``BatchingRetriever``), for callers that send one query per request."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse, Response
+
+    limits = limits or Limits()
+    if batch_window_ms > 0:
+        from agentsearch.retrievers.batching import BatchingRetriever
+
+        retriever = BatchingRetriever(retriever, window_ms=batch_window_ms, max_batch=limits.max_queries)
+    app = FastAPI(title="agentsearch retrieval", docs_url=None, redoc_url=None, openapi_url=None)
+    info = {"status": "ok", "kind": str(getattr(retriever, "kind", type(retriever).__name__)),
+            "num_docs": getattr(retriever, "num_docs", None), "limits": limits.as_dict(),
+            "batch_window_ms": batch_window_ms}
+
+    async def read_body(request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > limits.max_body_bytes:
+            raise BadRequest(413, f"request body of {int(declared):,} bytes is over the "
+                                  f"{limits.max_body_bytes:,}-byte limit")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limits.max_body_bytes:
+                raise BadRequest(413, f"request body is over the {limits.max_body_bytes:,}-byte limit")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    @app.get("/health")
+    async def health():
+        return info
+
+    @app.post("/retrieve")
+    async def retrieve(request: Request):
+        try:
+            queries, topk, return_scores = parse_request(await read_body(request), limits)
+        except BadRequest as e:
+            return JSONResponse({"detail": e.detail}, status_code=e.status)
+        try:
+            hits = await retriever.asearch(queries, topk) if queries else []
+        except Exception as e:  # noqa: BLE001 - a server fault, reported, and the server lives on
+            return JSONResponse({"detail": f"search failed: {type(e).__name__}: {e}"}, status_code=500)
+        return Response(render(hits, return_scores), media_type="application/json")
+
+    return app
+
+
+@contextlib.contextmanager
+def serve_in_thread(retriever_or_app, host: str = "127.0.0.1", port: int = 0,
+                    **app_kw) -> Iterator[str]:
+    """Run the server in a background thread; yields its base URL (``http://127.0.0.1:PORT``).
+
+    ``port=0`` picks a free port. Stops the server (and waits for it) on exit.
+    """
+    import uvicorn
+
+    app = retriever_or_app if hasattr(retriever_or_app, "router") else create_app(retriever_or_app, **app_kw)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
+                              name=f"agentsearch-server-{port}")
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"retrieval server on {host}:{port} did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+def main(a) -> int:
+    """``agentsearch serve --index DIR [DIR ...] [--host H] [--port P] [--max-queries N] [--max-topk K]``."""
+    import uvicorn
+
+    from agentsearch.retrievers.base import RetrieverError
+    from agentsearch.retrievers.index import load_retriever
+
+    try:
+        retriever = load_retriever(list(a.index), threads=getattr(a, "threads", None))
+    except RetrieverError as e:
+        print(f"agentsearch serve: error: {e}", file=sys.stderr)
+        return 2
+    limits = Limits(max_queries=a.max_queries, max_topk=a.max_topk,
+                    max_query_chars=getattr(a, "max_query_chars", None) or 4096)
+    app = create_app(retriever, limits, batch_window_ms=getattr(a, "batch_window_ms", None) or 0.0)
+    if a.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: serving on {a.host}: anyone who can reach this port can query the index "
+              "(there is no authentication)", file=sys.stderr)
+    kind = getattr(retriever, "kind", type(retriever).__name__)
+    n = getattr(retriever, "num_docs", None)
+    print(f"serving {kind} index ({'?' if n is None else f'{n:,}'} documents) on "
+          f"http://{a.host}:{a.port}  (POST /retrieve, GET /health)", flush=True)
+    uvicorn.run(app, host=a.host, port=a.port, log_level="warning", access_log=False)
+    return 0

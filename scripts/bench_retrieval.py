@@ -1,0 +1,244 @@
+"""Benchmark retrieval: batching, backends and ANN indexes, side by side on one corpus.
+
+Prints one JSON line per comparison (all on the same index folders, built and cached
+under ``$AGENTSEARCH_CACHE/bench/<corpus>`` on first use):
+
+- ``a_client_batching``: 64 concurrent episodes, each making ``--turns`` search calls in a
+  row, against ``agentsearch serve`` in a subprocess: the micro-batching ``RemoteRetriever``
+  vs one HTTP request per tool call (same client, ``micro_batch=False``). Target >= 3x q/s.
+  Run for the bm25s index and the dense-flat index.
+- ``b_pyserini_batch``: Pyserini ``batch_search`` (batches of ``--batch``, ``--threads``
+  Java threads) vs a loop of one ``LuceneSearcher.search`` per query, as Search-R1's BM25
+  server does. Target >= 3x; the gain is Java-side parallelism, so it needs free cores.
+- ``c_bm25s_vs_pyserini``: q/s of bm25s (numba, the default when installed, and numpy
+  backends) and Pyserini, batched, and how often their top-1 documents agree (plus
+  recall@3 on single-hop world questions). ``first_call_s`` shows numba's compile cost
+  (~0.2 s once its on-disk cache is warm, 5-7 s before).
+- ``d_dense_ann``: FAISS Flat vs HNSW vs IVF on the same MiniLM vectors: search-only q/s
+  (query vectors encoded once) and recall@10 against Flat; query encoding q/s on its own.
+
+Corpora: ``--corpus world`` (the synthetic world, seed 0; queries are its train questions)
+or ``--corpus wiki`` (the 10k Wikipedia lead summaries from ``wiki_corpus``; queries are the
+first sentence of each article, cut to 24 words).
+
+    OMP_NUM_THREADS=1 python scripts/bench_retrieval.py --corpus world
+    OMP_NUM_THREADS=1 python scripts/bench_retrieval.py --corpus wiki --only a,d
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from agentsearch.data import read_jsonl, wiki_corpus, world_dir
+from agentsearch.models import cache_dir
+from agentsearch.retrievers import RemoteRetriever, build_index, load_retriever
+from agentsearch.retrievers.store import MANIFEST
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def corpus_and_queries(name: str, seed: int) -> tuple[Path, list[str], list[dict]]:
+    """(corpus.jsonl, benchmark queries, single-hop questions with gold ids or [])."""
+    if name == "world":
+        w = world_dir(seed=seed)
+        train = [q["question"] for q in read_jsonl(w / "train.jsonl")]
+        single = [q for q in read_jsonl(w / "test.jsonl") if q["type"] == "single"]
+        return w / "corpus.jsonl", train, single
+    path = cache_dir() / "bench" / "wiki" / "corpus.jsonl"
+    rows = list(read_jsonl(path)) if path.exists() else wiki_corpus(path)
+    queries = []
+    for r in rows:
+        first = re.split(r"(?<=[.!?])\s", r["contents"].partition("\n")[2], maxsplit=1)[0]
+        queries.append(" ".join(first.split()[:24]))
+    return path, queries, []
+
+
+def index(corpus: Path, name: str, kind: str, threads: int, **kw) -> Path:
+    out = cache_dir() / "bench" / name / kind
+    if not (out / MANIFEST).exists():
+        t = time.perf_counter()
+        build_index(corpus, kind, out, threads=threads, **kw)
+        print(f"# built {kind} for {name} in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+    return out
+
+
+def rate(fn, n: int, repeat: int = 3) -> float:
+    """Best-of-``repeat`` queries/s of ``fn()`` that handles ``n`` queries."""
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return n / best
+
+
+def batched(search, queries: list[str], batch: int, k: int):
+    return [h for s in range(0, len(queries), batch) for h in search(queries[s:s + batch], k)]
+
+
+def emit(row: dict) -> None:
+    row["load_avg_1m"] = round(os.getloadavg()[0], 2)
+    print(json.dumps(row), flush=True)
+
+
+# -- (a) micro-batching client vs one request per call ------------------------------------
+def serve(index_dir: Path, threads: int):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "AGENTSEARCH_JAVA_THREADS": str(threads)}
+    proc = subprocess.Popen([sys.executable, "-m", "agentsearch", "serve", "--index", str(index_dir),
+                             "--port", str(port)], env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    client = RemoteRetriever(url, retries=0)
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            client.health()
+            return proc, url
+        except Exception:  # noqa: BLE001 - not up yet
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"server did not start: {proc.stderr.read().decode()[-2000:]}") from None
+            time.sleep(0.3)
+
+
+def bench_a(name, idx_dir, queries, episodes, turns, threads, k=3):
+    proc, url = serve(idx_dir, threads)
+    try:
+        async def run(micro: bool) -> tuple[float, int]:
+            async with RemoteRetriever(url, micro_batch=micro, window_ms=5) as c:
+                async def episode(e):
+                    for t in range(turns):
+                        await c.asearch([queries[(e * turns + t) % len(queries)]], k)
+
+                await c.asearch([queries[0]], k)  # connect + warm up
+                n0 = c.stats["requests"]
+                t0 = time.perf_counter()
+                await asyncio.gather(*(episode(e) for e in range(episodes)))
+                return episodes * turns / (time.perf_counter() - t0), c.stats["requests"] - n0
+
+        res = {True: [], False: []}
+        for _ in range(2):  # interleaved, best of two each
+            for micro in (False, True):
+                res[micro].append(asyncio.run(run(micro)))
+        mb, pc = max(res[True]), max(res[False])
+        emit({"bench": "a_client_batching", "corpus": name, "index": idx_dir.name,
+              "episodes": episodes, "turns": turns, "topk": k,
+              "micro_batched_qps": round(mb[0], 1), "micro_batched_requests": mb[1],
+              "per_call_qps": round(pc[0], 1), "per_call_requests": pc[1],
+              "speedup": round(mb[0] / pc[0], 2)})
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# -- (b) and (c) BM25 backends ------------------------------------------------------------
+def bench_bc(name, corpus, queries, single, threads, batch, only):
+    from agentsearch.retrievers.lucene import LuceneRetriever
+
+    n = min(len(queries), 2048)
+    qs, k = queries[:n], 3
+    lucene = load_retriever(index(corpus, name, "bm25", threads), threads=threads)
+    assert isinstance(lucene, LuceneRetriever)
+    for _ in range(2):  # JIT warm-up for both paths
+        batched(lucene.search_batch, qs[:512], batch, k)
+        [lucene.search_one(q, k) for q in qs[:512]]
+    lucene_qps = rate(lambda: batched(lucene.search_batch, qs, batch, k), n)
+    if "b" in only:
+        loop_qps = rate(lambda: [lucene.search_one(q, k) for q in qs], n)
+        emit({"bench": "b_pyserini_batch", "corpus": name, "queries": n, "batch": batch, "topk": k,
+              "java_threads": threads, "batch_search_qps": round(lucene_qps, 1),
+              "one_at_a_time_qps": round(loop_qps, 1), "speedup": round(lucene_qps / loop_qps, 2)})
+    if "c" not in only:
+        return
+    bm25s_dir = index(corpus, name, "bm25s", threads)
+    row = {"bench": "c_bm25s_vs_pyserini", "corpus": name, "queries": n, "batch": batch, "topk": k,
+           "pyserini_qps": round(lucene_qps, 1)}
+    ref = batched(lucene.search_batch, qs, batch, 1)
+    for backend in ("numpy", "numba"):
+        r = load_retriever(bm25s_dir, threads=threads, backend=backend)
+        t = time.perf_counter()
+        r.search(qs[:1], k)  # numba compiles here
+        row[f"bm25s_{backend}_first_call_s"] = round(time.perf_counter() - t, 2)
+        row[f"bm25s_{backend}_qps"] = round(rate(lambda r=r: batched(r.search, qs, batch, k), n), 1)
+    top1 = batched(r.search, qs, batch, 1)
+    row["top1_agreement"] = round(np.mean([bool(a and b and a[0].doc_id == b[0].doc_id)
+                                           for a, b in zip(ref, top1)]), 4)
+    if single:
+        for label, ret in (("pyserini", lucene), ("bm25s", r)):
+            hits = ret.search([q["question"] for q in single], 3)
+            row[f"{label}_recall@3_single"] = round(np.mean(
+                [any(h.doc_id in q["gold_doc_ids"] for h in hs) for q, hs in zip(single, hits)]), 4)
+    row["speedup_bm25s_numba_over_pyserini"] = round(row["bm25s_numba_qps"] / lucene_qps, 2)
+    emit(row)
+
+
+# -- (d) dense ANN ------------------------------------------------------------------------
+def bench_d(name, corpus, queries, single, threads, batch):
+    flat_dir = index(corpus, name, "dense-flat", threads, batch_size=32)
+    dirs = {"flat": flat_dir,
+            "hnsw": index(corpus, name, "dense-hnsw", threads, vectors_from=flat_dir),
+            "ivf": index(corpus, name, "dense-ivf", threads, vectors_from=flat_dir)}
+    rs = {kind: load_retriever(d, threads=threads) for kind, d in dirs.items()}
+    n = min(len(queries), 1024)
+    qs = queries[:n]
+    enc = rs["flat"].encoder
+    t = time.perf_counter()
+    vecs = enc.encode(qs, batch_size=batch)
+    row = {"bench": "d_dense_ann", "corpus": name, "queries": n, "num_docs": rs["flat"].num_docs,
+           "encoder": enc.name, "encode_qps": round(n / (time.perf_counter() - t), 1), "k": 10}
+    _, ref = rs["flat"].index.search(vecs, 10)
+    for kind, r in rs.items():
+        row[f"{kind}_search_qps"] = round(rate(lambda r=r: r.index.search(vecs, 10), n, repeat=5), 1)
+        _, got = r.index.search(vecs, 10)
+        row[f"{kind}_recall@10_vs_flat"] = round(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ref, got)]), 4)
+        if single:
+            hits = r.search([q["question"] for q in single], 3)
+            row[f"{kind}_recall@3_single"] = round(np.mean(
+                [any(h.doc_id in q["gold_doc_ids"] for h in hs) for q, hs in zip(single, hits)]), 4)
+    m = rs["hnsw"].manifest, rs["ivf"].manifest
+    row.update(hnsw_m=m[0]["hnsw_m"], ef_search=m[0]["ef_search"], nlist=m[1]["nlist"], nprobe=m[1]["nprobe"])
+    emit(row)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--corpus", choices=["world", "wiki"], default="world")
+    p.add_argument("--seed", type=int, default=0, help="world seed")
+    p.add_argument("--only", default="a,b,c,d", help="comma list of a,b,c,d")
+    p.add_argument("--episodes", type=int, default=64)
+    p.add_argument("--turns", type=int, default=4, help="search calls per episode in (a)")
+    p.add_argument("--batch", type=int, default=256, help="queries per batch in (b)-(d)")
+    p.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", 0)) or os.cpu_count(),
+                   help="torch/FAISS/Java threads (default: $OMP_NUM_THREADS, else all cores)")
+    a = p.parse_args()
+    os.environ.setdefault("AGENTSEARCH_JAVA_THREADS", str(a.threads))
+    only = set(a.only.split(","))
+    corpus, queries, single = corpus_and_queries(a.corpus, a.seed)
+    print(f"# corpus {a.corpus}: {corpus}, {len(queries)} queries, {os.cpu_count()} cores, "
+          f"load {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    if "a" in only:
+        for kind in ("bm25s", "dense-flat"):
+            bench_a(a.corpus, index(corpus, a.corpus, kind, a.threads), queries, a.episodes, a.turns, a.threads)
+    if only & {"b", "c"}:
+        bench_bc(a.corpus, corpus, queries, single, a.threads, a.batch, only)
+    if "d" in only:
+        bench_d(a.corpus, corpus, queries, single, a.threads, a.batch)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
