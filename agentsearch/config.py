@@ -226,3 +226,34 @@ def dump(cfg, path: str | Path) -> None:
     """Write the resolved config (YAML) so a run folder records exactly what ran."""
     Path(path).write_text(yaml.safe_dump(json.loads(json.dumps(to_dict(cfg), default=str)),
                                          sort_keys=False))
+
+
+def field_docs(cls) -> dict[str, str]:
+    """The docstring under each dataclass field (the string literal that follows it)."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body
+    docs = {}
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and \
+                isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and \
+                isinstance(nxt.value.value, str):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def reference(cls, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(key, default, doc) rows for every field, nested sections flattened with dots."""
+    rows = []
+    docs = field_docs(cls)
+    defaults = cls()
+    for f in dataclasses.fields(cls):
+        value = getattr(defaults, f.name)
+        if dataclasses.is_dataclass(value):
+            rows += reference(type(value), prefix + f.name + ".")
+        else:
+            rows.append((prefix + f.name, json.dumps(value, default=str), docs.get(f.name, "")))
+    return rows

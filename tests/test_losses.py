@@ -6,8 +6,15 @@ import pytest
 import torch
 
 from agentsearch.trainer.advantages import group_advantages, zero_variance_mask
-from agentsearch.trainer.losses import (cispo_loss, grpo_loss, gspo_loss, kl_penalty,
-                                        overlong_penalty, policy_loss, sft_loss)
+from agentsearch.trainer.losses import (
+    cispo_loss,
+    grpo_loss,
+    gspo_loss,
+    kl_penalty,
+    overlong_penalty,
+    policy_loss,
+    sft_loss,
+)
 
 L = math.log
 

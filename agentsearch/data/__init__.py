@@ -5,7 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from agentsearch.data.loaders import load_corpus, load_questions, read_jsonl, wiki_corpus, write_jsonl
+from agentsearch.data.loaders import (
+    load_corpus,
+    load_questions,
+    read_jsonl,
+    wiki_corpus,
+    write_jsonl,
+)
 from agentsearch.data.world import WorldConfig, generate_world, write_world
 
 __all__ = ["WorldConfig", "generate_world", "write_world", "world_dir", "load_questions",

@@ -17,13 +17,13 @@ from agentsearch.envs.registration import ENV_IDS, register_envs
 from agentsearch.envs.rollout import Episode, RolloutStats, arollout, rollout
 from agentsearch.envs.search import SearchEnv, SearchEnvConfig
 from agentsearch.envs.tools import (
-                                    CalculatorTool,
-                                    PythonTool,
-                                    SearchTool,
-                                    Tool,
-                                    available_tools,
-                                    load_tool,
-                                    load_tools,
+    CalculatorTool,
+    PythonTool,
+    SearchTool,
+    Tool,
+    available_tools,
+    load_tool,
+    load_tools,
 )
 
 register_envs()

@@ -41,7 +41,8 @@ class SearchEnvConfig(TextEnvConfig):
     questions: str | None = None
     """A question file (JSONL/JSON/Search-R1 parquet) instead of the world's ``split``."""
     index: str | None = None
-    """An index folder (``agentsearch index build``) instead of the world's bm25s index."""
+    """An index folder (``agentsearch index build``) or a retrieval server URL
+    (``http://127.0.0.1:8000``, ``agentsearch serve``) instead of the world's bm25s index."""
     topk: int = 3
     """Passages per search (Search-R1 uses 3)."""
     answer_metric: str = "em"
@@ -71,6 +72,9 @@ def default_retriever(index: str | None = None, world_seed: int = 0,
         if key not in _RETRIEVERS:
             from agentsearch import retrievers
 
+            if index is not None and str(index).startswith(("http://", "https://")):
+                _RETRIEVERS[key] = retrievers.load_retriever(index)  # the client micro-batches
+                return _RETRIEVERS[key]
             if index is not None:
                 base = retrievers.load_retriever(index)
             else:

@@ -88,7 +88,8 @@ def build_index(corpus_path: str | Path, kind: str, out_dir: str | Path, *,
 
 def load_retriever(index: str | Path | list, **kw) -> Retriever:
     """Open an index folder by its ``manifest.json``; a list of 2+ folders gives a hybrid
-    (reciprocal-rank fusion) retriever over all of them.
+    (reciprocal-rank fusion) retriever over all of them; an ``http://`` URL gives a
+    ``RemoteRetriever`` for a running retrieval server.
 
     Keyword arguments go to the backend: ``threads``; for dense ``encoder`` (must match the
     one the index was built with), ``ef_search`` (HNSW), ``nprobe`` (IVF), ``batch_size``.
@@ -99,6 +100,10 @@ def load_retriever(index: str | Path | list, **kw) -> Retriever:
         from agentsearch.retrievers.hybrid import HybridRetriever
 
         return HybridRetriever([load_retriever(p, **kw) for p in index])
+    if str(index).startswith(("http://", "https://")):  # a running `agentsearch serve`
+        from agentsearch.retrievers.client import RemoteRetriever
+
+        return RemoteRetriever(str(index), **kw)
     index = Path(index)
     manifest = read_manifest(index)
     retriever = _backend(manifest["kind"]).load(index, manifest, **kw)

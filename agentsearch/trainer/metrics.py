@@ -1,0 +1,76 @@
+"""Metrics sinks: ``metrics.jsonl`` (always), TensorBoard (default), W&B (optional).
+
+Every record carries ``step`` and ``time/train_cumulative`` so quality can be plotted
+against wall-clock (``agentsearch pareto``). Keys are namespaced (``reward/answer``,
+``replay/accept_rate``, ``time/generate``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+__all__ = ["MetricsLogger", "read_metrics"]
+
+
+def _clean(v):
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)  # JSON has no NaN/inf; keep them visible as strings
+    return v
+
+
+class MetricsLogger:
+    def __init__(self, run_dir: str | Path, *, tensorboard: bool = True, wandb_project: str | None = None,
+                 config: dict | None = None):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(self.path, "a", encoding="utf-8")
+        self._tb = None
+        self._wandb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(str(Path(run_dir) / "tb"))
+            except ImportError:  # tensorboard is a core dependency; stay robust anyway
+                self._tb = None
+        if wandb_project:
+            import wandb
+
+            self._wandb = wandb.init(project=wandb_project, config=config, dir=str(run_dir))
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records of steps after ``step`` (a resumed run re-logs them)."""
+        self._f.close()
+        keep = [line for line in self.path.read_text().splitlines()
+                if line.strip() and json.loads(line).get("step", 0) <= step]
+        self.path.write_text("".join(line + "\n" for line in keep))
+        self._f = open(self.path, "a", encoding="utf-8")
+
+    def log(self, step: int, metrics: dict) -> None:
+        rec = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
+        self._f.write(json.dumps(rec) + "\n")
+        self._f.flush()
+        if self._tb is not None:
+            for k, v in rec.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step":
+                    self._tb.add_scalar(k, v, step)
+        if self._wandb is not None:
+            self._wandb.log(rec, step=step)
+
+    def close(self) -> None:
+        self._f.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"no metrics.jsonl in {run_dir}")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

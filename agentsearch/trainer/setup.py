@@ -1,0 +1,177 @@
+"""Building what the training loop uses: policy, optimizer, generation backend, envs,
+task sampler, tool-latency profile. Kept out of ``loop.py`` so the loop reads top to bottom.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from agentsearch.config import ConfigError
+from agentsearch.trainer.config import TrainConfig
+from agentsearch.trainer.lora import apply_lora
+
+__all__ = ["resolve_device", "build_policy", "build_optimizer", "build_backend", "build_envs",
+           "TaskSampler", "LatencyTool", "seed_everything", "preflight"]
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def resolve_device(cfg: TrainConfig) -> tuple[torch.device, torch.dtype]:
+    device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available()
+                          else ("cpu" if cfg.device == "auto" else cfg.device))
+    if cfg.dtype == "auto":
+        dtype = torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
+    else:
+        dtype = getattr(torch, cfg.dtype)
+    return device, dtype
+
+
+def build_policy(cfg: TrainConfig):
+    """(model, tokenizer) on the configured device, LoRA-wrapped if enabled."""
+    from agentsearch.models import load_model
+
+    device, dtype = resolve_device(cfg)
+    source = cfg.init_from or cfg.model
+    if cfg.init_from and not Path(cfg.init_from).exists():
+        raise ConfigError(f"init_from={cfg.init_from!r} does not exist")
+    model, tok = load_model(source, dtype=dtype, device=str(device), seed=cfg.seed)
+    if cfg.init_from:  # a saved tiny model keeps the tiny tokenizer
+        tok_dir = Path(cfg.init_from)
+        if not (tok_dir / "tokenizer.json").exists():
+            from agentsearch.models import load_tokenizer
+
+            tok = load_tokenizer(cfg.model)
+    model = apply_lora(model, cfg.lora)
+    if cfg.lora.enabled and hasattr(model, "enable_input_require_grads"):
+        model.enable_input_require_grads()
+    return model, tok
+
+
+def build_optimizer(cfg: TrainConfig, model, lr: float | None = None, warmup: int | None = None):
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr or cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99))
+    w = cfg.warmup_steps if warmup is None else warmup
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / w) if w > 0 else 1.0)
+    return opt, sched
+
+
+def build_backend(cfg: TrainConfig, model, tok):
+    """The generation backend named by ``generation.backend``."""
+    if cfg.generation.backend == "hf":
+        from agentsearch.trainer.generation.hf import HFBackend
+
+        return HFBackend(model, tok)
+    from agentsearch.trainer.generation.vllm import VLLMBackend
+
+    device, dtype = resolve_device(cfg)
+    return VLLMBackend(model, tok, dtype=str(dtype).replace("torch.", ""),
+                       max_model_len=cfg.max_seq_len + cfg.generation.max_new_tokens, seed=cfg.seed,
+                       max_lora_rank=cfg.lora.r, kv_cache_gb=cfg.generation.vllm_kv_cache_gb,
+                       gpu_memory_utilization=cfg.generation.vllm_gpu_memory_utilization,
+                       enforce_eager=cfg.generation.vllm_enforce_eager)
+
+
+class LatencyTool:
+    """Wrap a tool with extra latency per call, to model a remote search API in benchmarks.
+
+    ``kind="fixed"``: ``mean_s`` every call; ``"lognormal"``: log-normal with mean ``mean_s``
+    and shape ``sigma``. The sleep is asyncio, so concurrent episodes overlap it.
+    """
+
+    def __init__(self, tool, profile, seed: int = 0):
+        self.tool, self.profile = tool, profile
+        self.name, self.description = tool.name, tool.description
+        self.parameters, self.timeout_s = tool.parameters, tool.timeout_s + 10 * profile.mean_s
+        self._rng = random.Random(seed)
+
+    def delay(self) -> float:
+        p = self.profile
+        if p.kind == "fixed":
+            return p.mean_s
+        mu = math.log(max(p.mean_s, 1e-9)) - p.sigma ** 2 / 2  # E[X] = mean_s
+        return self._rng.lognormvariate(mu, p.sigma)
+
+    async def __call__(self, **kwargs):
+        await asyncio.sleep(self.delay())
+        return await self.tool(**kwargs)
+
+
+def build_envs(cfg: TrainConfig, count: int, split: str = "train", questions: str | None = None) -> list:
+    """``count`` env instances of ``cfg.env`` (one per concurrent episode, reused every step);
+    ``questions`` replaces the env's task file (held-out evaluation sets)."""
+    import gymnasium
+
+    import agentsearch.envs  # noqa: F401 - registers the ids
+
+    kwargs = dict(cfg.env_kwargs)
+    kwargs["split"] = split
+    if questions is not None:
+        kwargs["questions"] = questions
+    kwargs.setdefault("max_turns", cfg.max_turns)
+    envs = []
+    for i in range(count):
+        k = dict(kwargs)
+        if cfg.tool_latency.kind != "none":
+            from agentsearch.envs.tools import load_tools
+
+            names = list(k.get("tools") or ("search",))
+            tools = load_tools(names, **k.pop("tool_kwargs", {}))
+            k["tools"] = tuple(LatencyTool(t, cfg.tool_latency, seed=cfg.seed * 100003 + i)
+                               if t.name == "search" else t for t in tools)
+        try:
+            envs.append(gymnasium.make(cfg.env, disable_env_checker=True, **k).unwrapped)
+        except gymnasium.error.Error as e:
+            raise ConfigError(f"env {cfg.env!r}: {e}") from None
+        except TypeError as e:
+            raise ConfigError(f"env_kwargs for {cfg.env}: {e}") from None
+    return envs
+
+
+class TaskSampler:
+    """Seeded epoch-wise shuffling over a task list; its state is checkpointed."""
+
+    def __init__(self, tasks: list[dict], seed: int):
+        if not tasks:
+            raise ConfigError("the training split has no tasks")
+        self.tasks = tasks
+        self.rng = np.random.default_rng(seed)
+        self.order: list[int] = []
+
+    def sample(self, k: int) -> list[dict]:
+        out = []
+        while len(out) < k:
+            if not self.order:
+                self.order = self.rng.permutation(len(self.tasks)).tolist()
+            out.append(self.tasks[self.order.pop()])
+        return out
+
+    def state_dict(self) -> dict:
+        return {"rng": self.rng.bit_generator.state, "order": list(self.order)}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.rng.bit_generator.state = s["rng"]
+        self.order = list(s["order"])
+
+
+def preflight(env) -> None:
+    """Call the env's search tool once before training, so a dead retriever (server down,
+    bad index) is a clear error at start, not a run of error observations and zero rewards."""
+    tool = getattr(env, "tools", {}).get("search")
+    if tool is None:
+        return
+    inner = getattr(tool, "tool", tool)  # unwrap LatencyTool
+    try:
+        asyncio.run(asyncio.wait_for(inner(query="preflight check"), timeout=max(inner.timeout_s, 1.0)))
+    except Exception as e:  # noqa: BLE001 - report whatever the retriever raised
+        raise ConfigError(f"search failed at start ({type(e).__name__}: {e}); is the retrieval "
+                          "server running / the index folder right? (env_kwargs.index)") from None

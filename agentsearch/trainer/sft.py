@@ -1,0 +1,132 @@
+"""Warm start: supervised fine-tuning on a scripted oracle agent's trajectories.
+
+The oracle knows each synthetic-world question's reasoning chain (``gold_doc_ids``): it
+searches for the first entity by name, then (two-hop and comparison questions) for the
+second, then answers. It plays through the *real* environment and retriever via
+``ScriptedBackend``, so its trajectories have exactly the token layout of sampled ones;
+the loss covers policy tokens only (``action_mask``), never prompt or environment text.
+Trajectories whose observations do not contain the answer (retrieval missed) are dropped,
+so the warm start never teaches answering without evidence.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from agentsearch.envs.oracle import world_oracle
+from agentsearch.envs.rollout import Episode, rollout
+from agentsearch.trainer.generation.base import SamplingParams, ScriptedBackend
+from agentsearch.trainer.logprobs import token_logprobs
+from agentsearch.trainer.losses import sft_loss
+from agentsearch.trainer.update import Row, pad_rows
+
+__all__ = ["oracle_episodes", "sft_train", "warm_start"]
+
+
+def _evidence_ok(ep: Episode, tok) -> bool:
+    """The golden answer appears in what the environment showed the agent."""
+    env_ids = [t for t, m in zip(ep.token_ids[ep.prompt_len:], ep.action_mask[ep.prompt_len:]) if not m]
+    seen = tok.decode(env_ids)
+    return any(a in seen for a in ep.info.get("golden_answers", []))
+
+
+def oracle_episodes(envs, tok, *, world_seed: int = 0, world_entities: int | None = None,
+                    count: int = 2000, turn_format: str = "tags", think: bool = False,
+                    noise: float = 0.0, seed: int = 0, max_turns: int = 4,
+                    max_seq_len: int = 1024) -> list[Episode]:
+    """Play the oracle on ``count`` shuffled train questions through ``envs`` (one batch of
+    ``len(envs)`` episodes at a time); keep the evidence-backed trajectories."""
+    tasks, policy = world_oracle("train", seed=world_seed, entities=world_entities,
+                                 turn_format=turn_format, eos=tok.eos_token or "", think=think,
+                                 noise=noise)
+    random.Random(seed).shuffle(tasks)
+    backend = ScriptedBackend(tok, policy)
+    params = SamplingParams(max_new_tokens=256, temperature=1.0)
+    kept = []
+    for s in range(0, min(count, len(tasks)), len(envs)):
+        chunk = tasks[s:min(s + len(envs), count)]
+        eps, _ = rollout(envs[:len(chunk)], chunk, backend, params, max_turns=max_turns,
+                         max_seq_len=max_seq_len, seed=seed + s)
+        kept += [e for e in eps if e.answer_correct and _evidence_ok(e, tok)]
+    return kept
+
+
+def sft_train(model, episodes: list[Episode], *, steps: int, lr: float, batch_size: int,
+              seed: int = 0, all_tokens: bool = False, log=None) -> dict[str, float]:
+    """``steps`` AdamW steps of NLL on random batches of ``episodes``: on policy tokens only
+    (the warm start), or on every token (``all_tokens``: language-model pretraining)."""
+    if not episodes:
+        raise RuntimeError("no oracle trajectories to warm start from (retrieval never found "
+                           "the answers?); check the retriever or set sft.steps=0")
+    device = next(model.parameters()).device
+    rows = [Row(torch.tensor(e.token_ids),
+                torch.ones(len(e.token_ids), dtype=torch.bool) if all_tokens
+                else torch.tensor(e.action_mask, dtype=torch.bool),
+                torch.zeros(len(e.token_ids)), 0.0, False) for e in episodes]
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.99))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / max(steps // 10, 1)) * max(0.1, 1 - s / max(steps, 1)))
+    rng = random.Random(seed)
+    model.train()
+    loss_v = float("nan")
+    for step in range(steps):
+        mb = pad_rows(rng.sample(rows, min(batch_size, len(rows))), device)
+        lp = token_logprobs(model, mb["ids"], mb["attn"], target_mask=mb["mask"])
+        loss = sft_loss(lp, mb["mask"])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        loss_v = loss.item()
+        if log is not None:
+            log(step, loss_v)
+    return {"sft/loss": loss_v, "sft/episodes": float(len(episodes)), "sft/steps": float(steps)}
+
+
+def warm_start(cfg, model, tok, envs) -> dict[str, float]:
+    """The ``sft`` section of a ``TrainConfig``, in two stages.
+
+    1. ``pretrain_steps`` (tiny models start from random weights): causal-LM training on
+       *every* token of oracle transcripts from a disjoint world (``pretrain_world_seed``:
+       other entities, other facts), standing in for the pretraining a real LLM brings:
+       the language of articles and questions, and copying names from context. No fact of
+       the training world is seen, so answers still have to come from search.
+    2. ``steps`` of SFT on the oracle's trajectories in the training world, loss on policy
+       tokens only (prompt and environment tokens masked).
+    Needs the synthetic world (the oracle reads the questions' gold chains).
+    """
+    import dataclasses
+
+    from agentsearch.config import ConfigError
+    from agentsearch.trainer.setup import build_envs
+
+    from agentsearch.envs.search import SearchEnv
+
+    kw = cfg.env_kwargs
+    if kw.get("questions") or kw.get("index") or not isinstance(envs[0], SearchEnv):
+        raise ConfigError("sft warm start needs the synthetic world's search env "
+                          "(its oracle reads the questions' gold chains); set sft.steps=0")
+    s = cfg.sft
+    common = dict(turn_format=kw.get("turn_format", "tags"), think=s.think, noise=s.noise,
+                  seed=cfg.seed, max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len)
+    out: dict[str, float] = {}
+    if s.pretrain_steps > 0:
+        if s.pretrain_world_seed == kw.get("world_seed", 0):
+            raise ConfigError("sft.pretrain_world_seed must differ from env_kwargs.world_seed: "
+                              "pretraining must not see the training world's facts")
+        other = dataclasses.replace(cfg, env_kwargs={**kw, "world_seed": s.pretrain_world_seed})
+        eps = oracle_episodes(build_envs(other, len(envs)), tok, world_seed=s.pretrain_world_seed,
+                              world_entities=kw.get("world_entities"), count=s.pretrain_episodes,
+                              **common)
+        res = sft_train(model, eps, steps=s.pretrain_steps, lr=s.pretrain_lr or s.lr,
+                        batch_size=s.pretrain_batch_size or s.batch_size, seed=cfg.seed, all_tokens=True)
+        out.update({"sft/pretrain_loss": res["sft/loss"], "sft/pretrain_episodes": res["sft/episodes"]})
+    if s.steps > 0:
+        eps = oracle_episodes(envs, tok, world_seed=kw.get("world_seed", 0),
+                              world_entities=kw.get("world_entities"), count=s.episodes, **common)
+        out.update(sft_train(model, eps, steps=s.steps, lr=s.lr, batch_size=s.batch_size, seed=cfg.seed))
+    return out

