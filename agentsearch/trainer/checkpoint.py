@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 __all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "rng_state", "set_rng_state",
-           "trainable_state_dict"]
+           "trainable_state_dict", "save_final"]
 
 
 def rng_state() -> dict:
@@ -107,3 +107,10 @@ def load_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizer=None,
         replay.load_state_dict(torch.load(path / "replay.pt", map_location="cpu", weights_only=False))
     set_rng_state(trainer["rng"])
     return {"step": trainer["step"], **trainer["state"]}
+
+
+def save_final(model, tok, out: str | Path) -> None:
+    """The trained policy as a loadable model folder (a LoRA adapter merged into the base)."""
+    merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+    merged.save_pretrained(out)
+    tok.save_pretrained(out)

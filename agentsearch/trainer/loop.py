@@ -25,7 +25,6 @@ import copy
 import json
 import logging
 import math
-import subprocess
 import time
 from pathlib import Path
 
@@ -33,8 +32,12 @@ import torch
 
 from agentsearch.config import ConfigError, apply_overrides, dump
 from agentsearch.envs.rollout import rollout
-from agentsearch.replay import make_replay
-from agentsearch.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from agentsearch.trainer.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    save_final,
+)
 from agentsearch.trainer.config import TrainConfig
 from agentsearch.trainer.eval import evaluate
 from agentsearch.trainer.generation.base import SamplingParams
@@ -49,6 +52,8 @@ from agentsearch.trainer.setup import (
     build_envs,
     build_optimizer,
     build_policy,
+    build_replay,
+    git_revision,
     preflight,
     seed_everything,
 )
@@ -71,11 +76,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
     # --- policy, optimizer, replay, generation engine, environments
     model, tok = build_policy(cfg)
     optimizer, scheduler = build_optimizer(cfg, model)
-    replay = make_replay(cfg.replay.kind, capacity=cfg.replay.capacity, k_rep=cfg.replay.k_rep,
-                         tau=cfg.replay.tau, scan_chunk=cfg.replay.scan_chunk,
-                         headroom_weighting=cfg.replay.headroom_weighting,
-                         drift_kind=cfg.replay.drift_kind,
-                         success_threshold=cfg.replay.success_threshold, seed=cfg.seed)
+    replay = build_replay(cfg)
     n_episodes = cfg.prompts_per_step * cfg.group_size
     envs = build_envs(cfg, n_episodes, split="train")
     preflight(envs[0])
@@ -110,7 +111,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
     trainable, total = count_parameters(model)
     log.info("model %s: %d/%d trainable parameters; replay=%s", cfg.model, trainable, total, cfg.replay.kind)
 
-    def run_eval(tag: str) -> dict:
+    def run_eval() -> dict:
         with timer.phase("eval"):
             return evaluate(backend, eval_envs, eval_tasks, n=cfg.eval.n, temperature=cfg.eval.temperature,
                             max_new_tokens=cfg.generation.max_new_tokens, max_turns=cfg.max_turns,
@@ -122,7 +123,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
 
     last = {}
     if step == 0:
-        last = run_eval("start")
+        last = run_eval()
         logger.log(0, {**last, **sft_metrics, "time/train_cumulative": 0.0})
         timer.end_step()
     sampling = SamplingParams(max_new_tokens=cfg.generation.max_new_tokens, temperature=cfg.generation.temperature,
@@ -168,7 +169,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
                    "tokens/scored": scored["tokens"],
                    "tokens/trained": tmetrics.get("train/tokens", 0.0)}
         if (cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps:
-            last = run_eval("step")
+            last = run_eval()
             metrics.update(last)
         if step % cfg.checkpoint_every == 0 or step == cfg.steps:
             with timer.phase("checkpoint"):
@@ -181,26 +182,11 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
         scored["tokens"] = 0.0
         progress.update(step, metrics)
     progress.close()
-    _save_final(model, tok, run_dir / "final")
+    save_final(model, tok, run_dir / "final")
     logger.close()
     if hasattr(backend, "close"):
         backend.close()
     return last
-
-
-def _save_final(model, tok, out: Path) -> None:
-    """The trained policy as a loadable folder (LoRA merged into the base weights)."""
-    merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
-    merged.save_pretrained(out)
-    tok.save_pretrained(out)
-
-
-def _git_revision() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def main(preset: str, out: str | None, overrides: list[str], resume: str | None = None) -> int:
@@ -216,7 +202,7 @@ def main(preset: str, out: str | None, overrides: list[str], resume: str | None 
             raise ConfigError("--out RUN_DIR is required (or --resume RUN_DIR)")
         run_dir = Path(out)
         cfg = apply_overrides(TrainConfig, preset, overrides)
-    log.info("agentsearch train: preset=%s git=%s run=%s", preset, _git_revision(), run_dir)
+    log.info("agentsearch train: preset=%s git=%s run=%s", preset, git_revision(), run_dir)
     final = train(cfg, run_dir, resume=bool(resume))
     print(json.dumps({k: v for k, v in final.items() if not math.isnan(v)}, indent=1))
     return 0

