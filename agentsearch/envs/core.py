@@ -39,6 +39,7 @@ calls overlap in one event loop (what ``agentsearch.envs.rollout`` does); ``step
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import atexit
 import concurrent.futures
@@ -142,7 +143,7 @@ class TextEnvConfig:
         self.tools = tuple(self.tools)
 
 
-class TextEnv(gym.Env):
+class TextEnv(gym.Env, abc.ABC):
     """Base class of agentsearch's text environments (see the module docstring).
 
     Subclasses provide ``load_tasks()``, ``instructions(task)`` (the prompt messages) and
@@ -189,15 +190,17 @@ class TextEnv(gym.Env):
         must be identical for a seeded reset and the same action."""
 
     # ------------------------------------------------------------------ subclass hooks
+    @abc.abstractmethod
     def load_tasks(self) -> list[dict]:
-        raise NotImplementedError
+        """The task rows of ``self.config.split`` (each with ``question``, ``golden_answers``)."""
 
+    @abc.abstractmethod
     def instructions(self, task: dict) -> list[dict]:
         """The prompt as chat messages (``system``/``user``) for ``self.config.turn_format``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def score(self, answer: str, task: dict) -> AnswerScore:
-        raise NotImplementedError
+        """How good a final answer is for ``task`` (the success bit and the reward)."""
 
     def tool_kwargs(self) -> dict[str, dict]:
         return dict(self.config.tool_kwargs)
