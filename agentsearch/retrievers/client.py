@@ -126,15 +126,21 @@ class RemoteRetriever:
             return f"answer is not JSON: {resp.text[:200]!r}"
         return parse_result(payload, n)
 
+    def _attempts(self):
+        """The retry schedule shared by the async and sync paths: yields the delay to wait
+        before each attempt (0 for the first), counting requests and retries."""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                self.stats["retries"] += 1
+            self.stats["requests"] += 1
+            yield self._delay(attempt - 1) if attempt else 0.0
+
     async def _apost(self, queries: list[str], k: int) -> list[list[Hit]]:
         import httpx
 
         client, last = self._async_client(), ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                self.stats["retries"] += 1
-                await asyncio.sleep(self._delay(attempt - 1))
-            self.stats["requests"] += 1
+        for delay in self._attempts():
+            await asyncio.sleep(delay)
             try:
                 resp = await client.post(self.url, json=self._payload(queries, k))
             except httpx.TransportError as e:
@@ -152,11 +158,8 @@ class RemoteRetriever:
         if self._client is None:
             self._client = httpx.Client(timeout=self._httpx_timeout())
         last = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                self.stats["retries"] += 1
-                time.sleep(self._delay(attempt - 1))
-            self.stats["requests"] += 1
+        for delay in self._attempts():
+            time.sleep(delay)
             try:
                 resp = self._client.post(self.url, json=self._payload(queries, k))
             except httpx.TransportError as e:
