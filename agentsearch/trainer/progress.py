@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 __all__ = ["Progress"]
 
 
@@ -19,7 +17,7 @@ class Progress:
 
         self._bar = RichProgress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), TextColumn("{task.fields[info]}"),
-                                 transient=False, disable=not sys.stderr.isatty() and False)
+                                 transient=False)
         self._task = self._bar.add_task(description, total=total, completed=start, info="")
         self._bar.start()
 
