@@ -50,7 +50,7 @@ def test_a_few_steps_train_and_log_every_phase(tmp_path):
         for key in ("replay/accept_rate", "replay/scan_depth", "replay/buffer_size", "replay/ingress",
                     "replay/ingress_drought", "groups/zero_variance_frac", "rollout/tool_error_rate",
                     "reward/answer", "reward/format", "tokens/generated", "tokens/scored",
-                    "tokens/trained", "train/grad_norm", "rollout/logprob_gap"):
+                    "tokens/trained", "train/grad_norm", "rollout/logprob_gap", "rollout/entropy"):
             assert key in r, key
         assert r["time/step"] > 0 and r["tokens/generated"] > 0
         assert r["rollout/logprob_gap"] < 1e-3  # HF engine vs trainer forward, fp32

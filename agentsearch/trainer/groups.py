@@ -66,14 +66,18 @@ def episodes_to_groups(episodes: Sequence[Episode], n: int, step: int, *, pad_id
 
 
 def rescore(groups: list[ReplayGroup], score_fn: Callable) -> dict[str, float]:
-    """Replace each group's engine logprobs by the trainer's (one forward); report the gap."""
+    """Replace each group's engine logprobs by the trainer's (one forward); report the gap
+    and ``rollout/entropy``: the mean of ``-log p`` over sampled policy tokens, an unbiased
+    estimate of the policy's per-token entropy at the sampling temperature (rising entropy
+    with falling reward is the signature of a policy that noisy updates are blurring)."""
     if not groups:
         return {}
     new = score_fn(groups)
-    gaps, count = 0.0, 0
+    gaps, nll, count = 0.0, 0.0, 0
     for g, lp in zip(groups, new):
         m = g.action_mask
         gaps += float((lp[m] - g.gen_logprobs[m]).abs().sum())
+        nll -= float(lp[m].sum())
         count += int(m.sum())
         g.gen_logprobs = torch.where(m, lp.to(torch.float32), torch.zeros(()))
-    return {"rollout/logprob_gap": gaps / max(count, 1)}
+    return {"rollout/logprob_gap": gaps / max(count, 1), "rollout/entropy": nll / max(count, 1)}
