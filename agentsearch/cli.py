@@ -89,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     s = sub.add_parser("demo", help="train the tiny search agent on the synthetic world (CPU, minutes)")
-    s.add_argument("--out", default="runs/demo", help="run folder (default runs/demo)")
+    s.add_argument("--out", default=None,
+                   help="run folder (default: a new runs/demo-YYYYmmdd-HHMMSS, so reruns never collide)")
     s.add_argument("overrides", nargs="*", help="key=value overrides of the tiny preset")
     s.set_defaults(fn=cmd_demo)
 
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return a.fn(a) or 0
-    except (ConfigError, FileNotFoundError) as e:
+    except (ConfigError, FileNotFoundError, FileExistsError) as e:
         print(f"agentsearch {a.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

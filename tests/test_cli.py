@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 
@@ -29,3 +30,24 @@ def test_import_is_light():
             "if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+DEMO_SMALL = ["model=tiny-s", "steps=1", "prompts_per_step=2", "group_size=2", "max_turns=3",
+              "max_seq_len=512", "generation.max_new_tokens=8", "eval.limit=4",
+              "sft.steps=0", "sft.pretrain_steps=0", "threads=1", "tensorboard=false"]
+
+
+@pytest.mark.slow
+def test_demo_reruns_into_a_new_folder_and_prints_its_table(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo", *DEMO_SMALL]) == 0
+    assert main(["demo", *DEMO_SMALL]) == 0  # a second `make demo` must not collide
+    runs = sorted((tmp_path / "runs").iterdir())
+    assert len(runs) == 2 and all(r.name.startswith("demo-") for r in runs)
+    out = capsys.readouterr().out
+    assert out.count("dev EM after GRPO + replay") == 2 and str(runs[1].relative_to(tmp_path)) in out
+    s = json.loads((runs[0] / "demo_summary.json").read_text())
+    assert s["steps"] == 1 and s["eval_questions"] == 4 and s["time_by_phase"]["generate"] > 0
+    # an explicit --out that already holds a run is refused, never overwritten
+    assert main(["demo", "--out", str(runs[0]), *DEMO_SMALL]) == 2
+    assert "already holds a run" in capsys.readouterr().err

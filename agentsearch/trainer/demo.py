@@ -67,7 +67,19 @@ def _print(s: dict, run_dir: Path, wall: float) -> None:
     Console().print(t)
 
 
-def run_demo(out: str = "runs/demo", overrides: list[str] | None = None) -> int:
+def _new_run_dir() -> Path:
+    """``runs/demo-YYYYmmdd-HHMMSS`` (``-2``, ``-3``, ... if that second is taken)."""
+    base = Path(time.strftime("runs/demo-%Y%m%d-%H%M%S"))
+    path, i = base, 1
+    while path.exists():
+        i += 1
+        path = base.with_name(f"{base.name}-{i}")
+    return path
+
+
+def run_demo(out: str | None = None, overrides: list[str] | None = None) -> int:
+    """Train the ``tiny`` preset into ``out`` (default: a new timestamped ``runs/demo-*``
+    folder, so ``make demo`` can be run again) and print the summary table."""
     import logging
 
     from agentsearch.trainer.loop import train
@@ -75,7 +87,7 @@ def run_demo(out: str = "runs/demo", overrides: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     t0 = time.perf_counter()
     cfg = apply_overrides(TrainConfig, "tiny", list(overrides or []))
-    run_dir = Path(out)
+    run_dir = Path(out) if out else _new_run_dir()
     if (run_dir / "metrics.jsonl").exists():
         raise FileExistsError(f"{run_dir} already holds a run; pass --out NEW_DIR (or remove it)")
     print(f"agentsearch demo: preset tiny -> {run_dir} (warm start, then {cfg.steps} GRPO steps "
