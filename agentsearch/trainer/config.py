@@ -76,6 +76,9 @@ class SFTConfig:
     """Pretraining learning rate (None: ``lr``)."""
     pretrain_batch_size: int | None = None
     """Pretraining batch size (None: ``batch_size``)."""
+    pretrain_cache: bool = True
+    """Cache the pretrained base in ``$AGENTSEARCH_CACHE/pretrained`` (keyed by every setting
+    it depends on) and load it on reruns, as a real LLM's base is downloaded once."""
     lr: float = 2e-3
     """SFT learning rate (AdamW, 10% warmup, linear decay to 10%)."""
     batch_size: int = 32

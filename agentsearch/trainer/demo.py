@@ -32,6 +32,7 @@ def summary(run_dir: str | Path) -> dict:
         "eval_questions": int(first.get("eval/questions", 0)),
         "time_by_phase": {p: total(f"time/{p}") for p in PHASES + EXCLUDED},
         "time_warm_start": recs[0].get("time/sft", 0.0),
+        "pretrain_cached": bool(recs[0].get("sft/pretrain_cached", 0.0)),
         "time_train": steps[-1]["time/train_cumulative"] if steps else 0.0,
         "replay_overhead": total("time/replay_scan") / step_time if step_time else 0.0,
         "replay_accept_rate": sum(r.get("replay/accept_rate", 0.0) for r in steps) / max(len(steps), 1),
@@ -53,7 +54,8 @@ def _print(s: dict, run_dir: Path, wall: float) -> None:
     for typ, (a, b) in s["dev_em_by_type"].items():
         t.add_row(f"  {typ}", f"{a:.3f} -> {b:.3f}")
     t.add_row("GRPO steps", str(s["steps"]))
-    t.add_row("warm start (pretrain + SFT) s", f"{s['time_warm_start']:.0f}")
+    base = "cached base + SFT" if s["pretrain_cached"] else "pretrain + SFT"
+    t.add_row(f"warm start ({base}) s", f"{s['time_warm_start']:.0f}")
     t.add_row("training s (time/train_cumulative)", f"{s['time_train']:.0f}")
     for p, v in s["time_by_phase"].items():
         if v:

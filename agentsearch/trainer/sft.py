@@ -11,7 +11,13 @@ so the warm start never teaches answering without evidence.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+import os
 import random
+import shutil
+from pathlib import Path
 
 import torch
 
@@ -87,6 +93,43 @@ def sft_train(model, episodes: list[Episode], *, steps: int, lr: float, batch_si
     return {"sft/loss": loss_v, "sft/episodes": float(len(episodes)), "sft/steps": float(steps)}
 
 
+# bump when pretraining's data or procedure changes, so stale cached bases are not reused
+_PRETRAIN_VERSION = 1
+
+
+def _pretrain_cache_path(cfg) -> Path:
+    """``$AGENTSEARCH_CACHE/pretrained/<key>``: the key hashes everything stage 1 depends on
+    (model, seed, LoRA, the pretraining and oracle settings, the env's transcript format)."""
+    from agentsearch.models import cache_dir
+
+    s = cfg.sft
+    fields = dict(version=_PRETRAIN_VERSION, model=cfg.model, init_from=cfg.init_from, seed=cfg.seed,
+                  lora=dataclasses.asdict(cfg.lora), dtype=cfg.dtype, env=cfg.env,
+                  env_kwargs=cfg.env_kwargs, max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len,
+                  steps=s.pretrain_steps, world=s.pretrain_world_seed, episodes=s.pretrain_episodes,
+                  lr=s.pretrain_lr or s.lr, batch_size=s.pretrain_batch_size or s.batch_size,
+                  noise=s.noise, think=s.think)
+    key = hashlib.sha1(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return cache_dir() / "pretrained" / f"{cfg.model}-{key}"
+
+
+def _save_pretrained(model, metrics: dict[str, float], folder: Path) -> None:
+    """Write the weights and metrics to a private folder, then rename it into place, so a
+    concurrent run never reads a half-written base (the first rename wins)."""
+    from safetensors.torch import save_file
+
+    tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    # clone: tied embeddings share storage, which safetensors refuses to write twice
+    save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()},
+              tmp / "model.safetensors")
+    (tmp / "metrics.json").write_text(json.dumps(metrics))
+    try:
+        tmp.rename(folder)
+    except OSError:  # another run cached the same base first
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def warm_start(cfg, model, tok, envs) -> dict[str, float]:
     """The ``sft`` section of a ``TrainConfig``, in two stages.
 
@@ -94,13 +137,13 @@ def warm_start(cfg, model, tok, envs) -> dict[str, float]:
        *every* token of oracle transcripts from a disjoint world (``pretrain_world_seed``:
        other entities, other facts), standing in for the pretraining a real LLM brings:
        the language of articles and questions, and copying names from context. No fact of
-       the training world is seen, so answers still have to come from search.
+       the training world is seen, so answers still have to come from search. The result
+       is cached (``sft.pretrain_cache``) like a downloaded base model: a rerun with the
+       same settings loads it instead of pretraining again.
     2. ``steps`` of SFT on the oracle's trajectories in the training world, loss on policy
        tokens only (prompt and environment tokens masked).
     Needs the synthetic world (the oracle reads the questions' gold chains).
     """
-    import dataclasses
-
     from agentsearch.config import ConfigError
     from agentsearch.envs.search import SearchEnv
     from agentsearch.trainer.setup import build_envs
@@ -117,13 +160,24 @@ def warm_start(cfg, model, tok, envs) -> dict[str, float]:
         if s.pretrain_world_seed == kw.get("world_seed", 0):
             raise ConfigError("sft.pretrain_world_seed must differ from env_kwargs.world_seed: "
                               "pretraining must not see the training world's facts")
-        other = dataclasses.replace(cfg, env_kwargs={**kw, "world_seed": s.pretrain_world_seed})
-        eps = oracle_episodes(build_envs(other, len(envs)), tok, world_seed=s.pretrain_world_seed,
-                              world_entities=kw.get("world_entities"), count=s.pretrain_episodes,
-                              **common)
-        res = sft_train(model, eps, steps=s.pretrain_steps, lr=s.pretrain_lr or s.lr,
-                        batch_size=s.pretrain_batch_size or s.batch_size, seed=cfg.seed, all_tokens=True)
-        out.update({"sft/pretrain_loss": res["sft/loss"], "sft/pretrain_episodes": res["sft/episodes"]})
+        cached = _pretrain_cache_path(cfg) if s.pretrain_cache else None
+        if cached is not None and (cached / "model.safetensors").exists():
+            from safetensors.torch import load_file
+
+            model.load_state_dict(load_file(cached / "model.safetensors"))
+            out.update(json.loads((cached / "metrics.json").read_text()))
+            out["sft/pretrain_cached"] = 1.0
+        else:
+            other = dataclasses.replace(cfg, env_kwargs={**kw, "world_seed": s.pretrain_world_seed})
+            eps = oracle_episodes(build_envs(other, len(envs)), tok, world_seed=s.pretrain_world_seed,
+                                  world_entities=kw.get("world_entities"), count=s.pretrain_episodes,
+                                  **common)
+            res = sft_train(model, eps, steps=s.pretrain_steps, lr=s.pretrain_lr or s.lr,
+                            batch_size=s.pretrain_batch_size or s.batch_size, seed=cfg.seed, all_tokens=True)
+            out.update({"sft/pretrain_loss": res["sft/loss"], "sft/pretrain_episodes": res["sft/episodes"]})
+            if cached is not None:
+                _save_pretrained(model, out, cached)
+            out["sft/pretrain_cached"] = 0.0
     if s.steps > 0:
         eps = oracle_episodes(envs, tok, world_seed=kw.get("world_seed", 0),
                               world_entities=kw.get("world_entities"), count=s.episodes, **common)
