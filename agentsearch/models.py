@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,17 @@ def cache_dir() -> Path:
     d = Path(os.environ.get("AGENTSEARCH_CACHE", Path.home() / ".cache" / "agentsearch"))
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+def publish_dir(tmp: Path, out: Path) -> Path:
+    """Rename the fully written cache folder ``tmp`` to ``out``, so readers never see half of
+    one. If a concurrent process published ``out`` first, keep theirs (built from the same
+    inputs) and delete ``tmp``."""
+    try:
+        tmp.rename(out)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
 
 
 def _with_tool_template(tok):
@@ -130,8 +142,7 @@ def smollm2_path() -> Path:
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    tmp.rename(out) if not out.exists() else None
-    return out
+    return publish_dir(tmp, out)
 
 
 def load_model(name_or_path: str = "tiny", *, dtype: Any = None, device: str | None = None,

@@ -24,7 +24,7 @@ def world_dir(seed: int = 0, entities: int | None = None) -> Path:
     Lives under ``$AGENTSEARCH_CACHE/worlds`` (default ``~/.cache/agentsearch``); written
     to a temporary folder and renamed, so concurrent first uses never see half a world.
     """
-    from agentsearch.models import cache_dir
+    from agentsearch.models import cache_dir, publish_dir
 
     cfg = WorldConfig(seed=seed) if entities is None else WorldConfig(seed=seed, entities=entities)
     out = cache_dir() / "worlds" / f"seed{cfg.seed}-n{cfg.entities}"
@@ -32,10 +32,4 @@ def world_dir(seed: int = 0, entities: int | None = None) -> Path:
         return out
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     write_world(generate_world(cfg), tmp)
-    try:
-        tmp.rename(out)
-    except OSError:  # another process won the race; theirs is identical
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    return publish_dir(tmp, out)

@@ -118,7 +118,7 @@ def world_index(seed: int = 0, kind: str = "bm25s", entities: int | None = None,
     private folder and the first rename wins, so readers never see a partial index.
     """
     from agentsearch.data import world_dir
-    from agentsearch.models import cache_dir
+    from agentsearch.models import cache_dir, publish_dir
 
     world = world_dir(seed=seed, entities=entities)
     # A non-default encoder is part of the cache key; threads and the like are not.
@@ -128,11 +128,7 @@ def world_index(seed: int = 0, kind: str = "bm25s", entities: int | None = None,
         return out
     tmp = out.with_name(f"{out.name}.build{os.getpid()}")
     build_index(world / "corpus.jsonl", kind, tmp, progress=False, **kw)
-    try:
-        tmp.rename(out)
-    except OSError:  # another process finished first; its index is identical
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    return publish_dir(tmp, out)
 
 
 def main(a) -> int:

@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import random
-import shutil
 from pathlib import Path
 
 import torch
@@ -114,9 +113,10 @@ def _pretrain_cache_path(cfg) -> Path:
 
 
 def _save_pretrained(model, metrics: dict[str, float], folder: Path) -> None:
-    """Write the weights and metrics to a private folder, then rename it into place, so a
-    concurrent run never reads a half-written base (the first rename wins)."""
+    """Write the weights and metrics to a private folder, then publish it (``publish_dir``)."""
     from safetensors.torch import save_file
+
+    from agentsearch.models import publish_dir
 
     tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
@@ -124,10 +124,7 @@ def _save_pretrained(model, metrics: dict[str, float], folder: Path) -> None:
     save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()},
               tmp / "model.safetensors")
     (tmp / "metrics.json").write_text(json.dumps(metrics))
-    try:
-        tmp.rename(folder)
-    except OSError:  # another run cached the same base first
-        shutil.rmtree(tmp, ignore_errors=True)
+    publish_dir(tmp, folder)
 
 
 def warm_start(cfg, model, tok, envs) -> dict[str, float]:
