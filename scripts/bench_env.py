@@ -23,10 +23,10 @@ import json
 import platform
 import time
 
-from agentsearch.envs import MathEnv, SearchEnv, rollout
+from agentsearch.envs import MathEnv, SearchEnv
 from agentsearch.models import load_tokenizer
 from agentsearch.retrievers.base import Hit
-from agentsearch.trainer.generation import SamplingParams, ScriptedBackend
+from agentsearch.rollout import SamplingParams, ScriptedBackend, rollout
 
 
 class CannedSearch:

@@ -45,7 +45,9 @@ def test_demo_reruns_into_a_new_folder_and_prints_its_table(tmp_path, monkeypatc
     runs = sorted((tmp_path / "runs").iterdir())
     assert len(runs) == 2 and all(r.name.startswith("demo-") for r in runs)
     out = capsys.readouterr().out
-    assert out.count("dev EM after GRPO + replay") == 2 and str(runs[1].relative_to(tmp_path)) in out
+    assert out.count("what RL changed") == 2 and str(runs[1].relative_to(tmp_path)) in out
+    assert out.count("learning curve (PNG)") == 2 and (runs[0] / "learning.png").stat().st_size > 1000
+    assert (runs[0] / "samples" / "step-0.txt").read_text().startswith("=== ")
     s = json.loads((runs[0] / "demo_summary.json").read_text())
     assert s["steps"] == 1 and s["eval_questions"] == 4 and s["time_by_phase"]["generate"] > 0
     # an explicit --out that already holds a run is refused, never overwritten

@@ -7,10 +7,12 @@ import torch
 
 from agentsearch.trainer.advantages import group_advantages, zero_variance_mask
 from agentsearch.trainer.losses import (
+    aggregation,
     cispo_loss,
     grpo_loss,
     gspo_loss,
     kl_penalty,
+    loss_normalizer,
     overlong_penalty,
     policy_loss,
     sft_loss,
@@ -74,6 +76,31 @@ def test_gspo_sequence_ratio():
     s = gspo_loss(_t([[L(0.5), L(0.5)]]), _t([[L(0.25), L(0.25)]]), _t([1.0]), torch.ones(1, 2))
     assert s.loss.item() == pytest.approx(-(1 + 4e-4), abs=1e-6)
     assert s.clip_frac.item() == 1.0
+
+
+def test_gspo_is_per_sequence_whatever_agg_says_and_refuses_dual_clip():
+    # two on-policy sequences (s = 1): A = 1 on 1 token, A = -0.5 on 3 tokens
+    lp, adv = torch.zeros(2, 3), _t([1.0, -0.5])
+    m = torch.tensor([[1.0, 0, 0], [1, 1, 1]])
+    for agg in ("token", "sequence"):
+        assert gspo_loss(lp, lp, adv, m, agg=agg).loss.item() == pytest.approx(-(1 - 0.5) / 2)
+        assert policy_loss("gspo", lp, lp, adv, m, agg=agg).loss.item() == pytest.approx(-0.25)
+    for kind in ("gspo", "cispo"):
+        with pytest.raises(ValueError, match="used only by loss=grpo"):
+            policy_loss(kind, lp, lp, adv, m, dual_clip=3.0)
+
+
+def test_sequence_aggregation_skips_empty_rows_and_splits_exactly():
+    # rows: A=1 on 1 token, an empty row, A=2 on 2 tokens; per-sequence means -1 and -2
+    lp, adv = torch.zeros(3, 2), _t([1.0, 5.0, 2.0])
+    m = torch.tensor([[1.0, 0], [0, 0], [1, 1]])
+    full = grpo_loss(lp, lp, adv, m, agg="sequence").loss.item()
+    assert full == pytest.approx(-(1 + 2) / 2)  # 2 sequences with a policy token
+    n = loss_normalizer("grpo", "sequence", [m])
+    parts = sum(grpo_loss(lp[i:i + 1], lp[i:i + 1], adv[i:i + 1], m[i:i + 1], agg="sequence",
+                          normalizer=n).loss.item() for i in range(3))
+    assert parts == pytest.approx(full)
+    assert aggregation("gspo", "token") == "sequence" and aggregation("cispo", "token") == "token"
 
 
 def test_cispo_keeps_gradient_of_clipped_tokens():

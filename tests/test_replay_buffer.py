@@ -172,6 +172,43 @@ def test_ingress_filter_mixed_outcomes_only():
     assert (m["replay/ingress_all_success"], m["replay/ingress_all_fail"]) == (1.0, 1.0)
 
 
+def _with_logprob(g, row, col, value):
+    lp = g.gen_logprobs.clone()
+    lp[row, col] = value
+    g.gen_logprobs = lp
+    return g
+
+
+def test_ingress_refuses_nonfinite_generation_logprobs(caplog):
+    buf = HeadroomDriftBuffer(capacity=10, k_rep=4, tau=math.inf)
+    offered = [
+        group("ok"),
+        _with_logprob(group("nan"), 0, 1, math.nan),              # policy token (MASK[0, 1])
+        _with_logprob(group("-inf"), 1, 3, -math.inf),            # policy token (MASK[1, 3])
+        _with_logprob(group("nan_off_policy"), 0, 0, math.nan),   # prompt token: never used
+        _with_logprob(group("nan_all_lose", rewards=(0.0, 0.0)), 1, 2, math.nan),
+    ]
+    with caplog.at_level(logging.WARNING, logger="agentsearch.replay"):
+        assert buf.add(offered, step=0) == 2
+    assert [g.prompt_id for g in buf.groups] == ["ok", "nan_off_policy"]
+    assert all(math.isfinite(g.cached_headroom) for g in buf.groups)
+    m = buf.metrics()
+    assert (m["replay/ingress_nonfinite"], m["replay/ingress_nonfinite_total"]) == (3.0, 3.0)
+    assert (m["replay/ingress"], m["replay/ingress_offered"], m["replay/ingress_all_fail"]) == (2.0, 5.0, 0.0)
+    assert any("nan/inf" in r.getMessage() for r in caplog.records)
+    buf.add([group("ok2"), _with_logprob(group("nan2"), 1, 1, math.inf)], step=1)
+    m = buf.metrics()
+    assert (m["replay/ingress_nonfinite"], m["replay/ingress_nonfinite_total"]) == (1.0, 4.0)
+    assert buf.select(FakeScorer(), step=2).stats["replay/ingress_nonfinite_total"] == 4.0
+    # the lifetime count survives a checkpoint; a state saved without it loads as 0
+    fresh = HeadroomDriftBuffer(capacity=10, k_rep=4, tau=math.inf)
+    fresh.load_state_dict(buf.state_dict())
+    assert fresh.metrics()["replay/ingress_nonfinite_total"] == 4.0
+    old = {k: v for k, v in buf.state_dict().items() if k != "ingress_nonfinite"}
+    fresh.load_state_dict(old)
+    assert fresh.metrics()["replay/ingress_nonfinite_total"] == 0.0
+
+
 def test_answer_correct_overrides_format_inflated_rewards():
     buf = HeadroomDriftBuffer(capacity=10, k_rep=1, tau=1.0, success_threshold=0.0)
     # every response earned a 0.2 format reward (> threshold), but only one is correct

@@ -221,3 +221,36 @@ def test_server_killed_while_client_waits(tmp_path):
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def test_one_event_loop_per_run_opens_one_http_client_and_closes_it(url, monkeypatch):
+    """Several rollouts on one ``EventLoop`` against the real server: the remote retriever
+    opens ONE httpx.AsyncClient for the run, and closing the loop with the envs closes it."""
+    from agentsearch.envs import SearchEnv
+    from agentsearch.envs.oracle import world_oracle
+    from agentsearch.models import load_tokenizer
+    from agentsearch.rollout import EventLoop, SamplingParams, ScriptedBackend, rollout
+
+    made = []
+    real_init = httpx.AsyncClient.__init__
+
+    def counting_init(self, *args, **kwargs):  # instrumentation: the real client still runs
+        made.append(self)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(httpx.AsyncClient, "__init__", counting_init)
+    tasks, policy = world_oracle(split="dev")
+    retriever = RemoteRetriever(url)
+    envs = [SearchEnv(split="dev", retriever=retriever) for _ in range(4)]
+    backend = ScriptedBackend(load_tokenizer("tiny"), policy)
+    events = EventLoop()
+    for step in range(3):
+        eps, stats = rollout(envs, tasks[2 * step:2 * step + 2], backend, SamplingParams(max_new_tokens=256),
+                             n_per_task=2, seed=step, loop=events)
+        assert stats.tool_calls >= 4 and stats.tool_errors == 0
+        assert all(e.answer_correct for e in eps)
+    assert len(made) == 1 and not made[0].is_closed
+    events.close(envs)
+    assert len(made) == 1 and made[0].is_closed and retriever._aclient is None
+    with pytest.raises(RuntimeError, match="closed"):
+        rollout(envs, tasks[:1], backend, SamplingParams(), loop=events)

@@ -7,10 +7,12 @@ import time
 
 import pytest
 
-from agentsearch.envs import MathEnv, SearchEnv, arollout, rollout
+from agentsearch.envs import MathEnv, SearchEnv
+from agentsearch.envs.core import TextEnv, run_sync
 from agentsearch.envs.oracle import world_oracle
+from agentsearch.envs.rewards import AnswerScore
 from agentsearch.models import load_tokenizer
-from agentsearch.trainer.generation import SamplingParams, ScriptedBackend
+from agentsearch.rollout import SamplingParams, ScriptedBackend, arollout, rollout
 
 
 @pytest.fixture(scope="module")
@@ -131,3 +133,77 @@ def test_json_format_rollout_masks(tok):
     obs = [tok.decode(ids) for m, ids in _runs(ep)[1:] if m == 0]
     assert obs == ["<|im_end|>\n<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n"
                    "<|im_start|>assistant\n"]
+
+
+class _CountingEnv(TextEnv):
+    """A user env: reward 0.25 per step and 1.0 for the answer, returned by ``step`` only
+    (no ``reward/*`` keys in info); ``named=True`` reports them as two named components."""
+
+    def __init__(self, *, named: bool = False, **kw):
+        self.named = named
+        super().__init__(chat_template="none", **kw)
+
+    def load_tasks(self):
+        return [{"id": "c", "question": "count", "golden_answers": ["3"]}]
+
+    def instructions(self, task):
+        return [{"role": "user", "content": task["question"]}]
+
+    def score(self, answer, task):
+        return AnswerScore(answer == "3", float(answer == "3"))
+
+    async def astep(self, action):
+        self._turn += 1
+        done = self._turn >= 3
+        reward = 1.0 if done else 0.25
+        info = {"answer_correct": True if done else None}
+        if self.named:
+            info.update({"reward/progress": 0.25, "reward/answer": reward - 0.25})
+        return ("" if done else " more"), reward, done, False, info
+
+
+class _SyncStepEnv(_CountingEnv):
+    """The same env written the Gymnasium way: only the synchronous ``step`` is overridden."""
+
+    astep = TextEnv.astep
+
+    def step(self, action):
+        return run_sync(_CountingEnv.astep(self, action))
+
+
+@pytest.mark.parametrize("env_cls,named", [(_CountingEnv, False), (_CountingEnv, True), (_SyncStepEnv, False)])
+def test_user_env_rewards_from_step_count(tok, env_cls, named):
+    task = {"id": "c", "question": "count", "golden_answers": ["3"]}
+    eps, stats = rollout(lambda: env_cls(named=named), [task], ScriptedBackend(tok, lambda c: "go"),
+                         SamplingParams(max_new_tokens=4), n_per_task=2)
+    for ep in eps:
+        assert ep.terminated and ep.num_turns == 3
+        assert ep.reward == pytest.approx(1.5)  # 0.25 + 0.25 + 1.0, as step returned
+        assert sum(ep.reward_components.values()) == pytest.approx(ep.reward)
+        if named:
+            assert ep.reward_components["reward/progress"] == pytest.approx(0.75)
+            assert ep.reward_components["reward/answer"] == pytest.approx(0.75)
+        else:
+            assert ep.reward_components["reward/env"] == pytest.approx(1.5)
+    assert stats.reward_mean == pytest.approx(1.5)
+
+
+def test_reward_components_must_sum_to_the_step_reward(tok):
+    class Inconsistent(_CountingEnv):
+        async def astep(self, action):
+            obs, reward, term, trunc, info = await super().astep(action)
+            return obs, reward, term, trunc, {**info, "reward/answer": reward + 1.0}
+
+    task = {"id": "c", "question": "count", "golden_answers": ["3"]}
+    with pytest.raises(ValueError, match="reward components .* sum to"):
+        rollout(lambda: Inconsistent(), [task], ScriptedBackend(tok, lambda c: "go"), SamplingParams())
+
+
+def test_prompt_longer_than_max_seq_len_is_an_error_not_a_cut(tok):
+    long_task = {"id": "long-one", "question": "word " * 400, "golden_answers": ["3"]}
+    short_task = {"id": "short", "question": "count", "golden_answers": ["3"]}
+    backend = ScriptedBackend(tok, lambda c: "go")
+    with pytest.raises(ValueError, match=r"task 'long-one' has \d+ tokens.*max_seq_len=64"):
+        rollout(lambda: _CountingEnv(), [short_task, long_task], backend, SamplingParams(), max_seq_len=64)
+    eps, _ = rollout(lambda: _CountingEnv(), [short_task], backend, SamplingParams(), max_seq_len=64)
+    assert eps[0].terminated and len(eps[0].token_ids) <= 64

@@ -6,15 +6,15 @@ import pytest
 import torch
 
 from agentsearch.data import read_jsonl
-from agentsearch.envs import SearchEnv, rollout
+from agentsearch.envs import SearchEnv
 from agentsearch.models import load_model
-from agentsearch.trainer.generation import HFBackend, SamplingParams
+from agentsearch.rollout import HFBackend, SamplingParams, rollout
 
 
 @pytest.fixture(scope="module")
 def tiny():
     # one torch thread: the model is tiny, and a second thread on this shared 2-core machine
-    # only contends with other processes (DESIGN.md: 50-100x slowdowns)
+    # only contends with other processes (docs/design.md, "Dependency facts": 50-100x slowdowns)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     model, tok = load_model("tiny-s", seed=0)

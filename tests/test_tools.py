@@ -122,10 +122,14 @@ def test_python_output_is_capped():
     assert len(out) < 1100 and "[output truncated]" in out
 
 
-@pytest.mark.skipif(network_isolation() == "none", reason="no network namespaces on this kernel")
 def test_python_has_no_network():
+    # Fails (never skips) without isolation: a sandbox that can reach the network is a bug
+    # to see, not a test to hide.
     import socket
 
+    assert network_isolation() != "none", (
+        "the python sandbox has no network isolation here (`unshare -rn` / `unshare -n` fail); "
+        "its programs can open sockets")
     with socket.socket() as server:  # a port the parent can reach: the child must not
         server.bind(("127.0.0.1", 0))
         server.listen(1)
@@ -136,6 +140,29 @@ def test_python_has_no_network():
                 "    print('connected')\nexcept OSError as e:\n    print('blocked', e.errno)")
         out = asyncio.run(run_python(code))
     assert out.startswith("blocked"), out
+
+
+def test_missing_network_isolation_warns_once_per_process(monkeypatch, caplog):
+    import agentsearch.envs.sandbox as sandbox
+
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)  # no unshare binary
+    network_isolation.cache_clear()
+    try:
+        with caplog.at_level("INFO", logger="agentsearch.sandbox"):
+            assert network_isolation() == "none" and network_isolation() == "none"
+        warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) == 1 and "NO network isolation" in warnings[0].getMessage()
+    finally:
+        network_isolation.cache_clear()  # the next caller probes the real system again
+
+
+def test_network_isolation_is_logged_once(caplog):
+    network_isolation.cache_clear()
+    with caplog.at_level("INFO", logger="agentsearch.sandbox"):
+        mode = network_isolation()
+        network_isolation()
+    assert len(caplog.records) == 1  # one line per process, naming what is in force
+    assert mode in caplog.records[0].getMessage() or "NO network isolation" in caplog.records[0].getMessage()
 
 
 class Boom:

@@ -233,3 +233,45 @@ def test_presets_load_and_every_field_is_documented():
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     missing = [key for key, _, _ in reference(TrainConfig) if f"`{key}`" not in readme]
     assert missing == [], f"README config reference is stale: run scripts/config_reference.py ({missing[:5]})"
+
+
+def test_run_uses_one_event_loop_one_retriever_client_closed_at_end(tmp_path, monkeypatch):
+    """Every rollout and eval of a run share one event loop: against a real retrieval server
+    the run opens ONE httpx.AsyncClient (not one per step) and closes it at the end."""
+    import httpx
+
+    from agentsearch.retrievers import load_retriever, serve_in_thread, world_index
+
+    made = []
+    real_init = httpx.AsyncClient.__init__
+
+    def counting_init(self, *args, **kwargs):  # instrumentation: the real client still runs
+        made.append(self)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(httpx.AsyncClient, "__init__", counting_init)
+    _register_every_turn_searches_env()  # a random tiny model searches every step and eval
+    with serve_in_thread(load_retriever(world_index(seed=0, kind="bm25s"))) as url:
+        train(_cfg("steps=3", "eval.limit=2", "eval.every=1", "env=tests/EverySearch-v0",
+                   f"env_kwargs.index={url}"), tmp_path, quiet=True)
+    recs = _records(tmp_path)
+    assert [r["step"] for r in recs] == [0, 1, 2, 3]
+    assert all(r["rollout/tool_calls"] > 0 and r["rollout/tool_errors"] == 0 for r in recs[1:])
+    assert all(r["eval/searches"] > 0 for r in recs)
+    assert len(made) == 1 and made[0].is_closed
+
+
+def _register_every_turn_searches_env():
+    """The search env, but every turn that is not the last searches for its own text."""
+    import gymnasium
+
+    from agentsearch.envs.parsing import ToolCall, Turn
+    from agentsearch.envs.search import SearchEnv
+
+    class _EverySearch(SearchEnv):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.parser.parse = lambda action: Turn(calls=[ToolCall("search", {"query": action[:100] or "x"})])
+
+    if "tests/EverySearch-v0" not in gymnasium.registry:
+        gymnasium.register("tests/EverySearch-v0", entry_point=_EverySearch)

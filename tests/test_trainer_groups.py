@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from agentsearch.envs.rollout import Episode
+from agentsearch.rollout import Episode
 from agentsearch.trainer.groups import episodes_to_groups, rescore
 
 
@@ -48,3 +48,27 @@ def test_rescore_stores_the_trainers_logprobs_and_reports_gap_and_entropy():
     assert groups[0].gen_logprobs.tolist()[0] == pytest.approx([0, 0, -0.4, -0.9])
     assert groups[0].gen_logprobs[1, 3] == 0.0  # padding stays 0, never the scorer's value
     assert not any(math.isnan(v) for v in m.values()) and rescore([], lambda gs: []) == {}
+
+
+def test_overlong_shaping_counts_policy_tokens_against_the_response_budget():
+    from agentsearch.config import apply_overrides
+    from agentsearch.trainer.config import TrainConfig
+    from agentsearch.trainer.groups import response_lengths
+
+    # budget = max_turns x max_new_tokens = 2 x 5 = 10 policy tokens; the penalty ramps from
+    # 10 - 4 = 6 to 10 (max_seq_len = 1024 is the whole episode's budget, not the response's)
+    cfg = apply_overrides(TrainConfig, {}, ["max_turns=2", "generation.max_new_tokens=5",
+                                            "overlong_buffer=4", "max_seq_len=1024"])
+    prompt, obs = [0] * 30, [0] * 20  # 50 prompt + observation tokens per episode
+    eps = [_episode("a", list(range(50 + k)), prompt + [1] * (k // 2) + obs + [1] * (k - k // 2),
+                    [0.0] * (50 + k), 1.0, True) for k in (4, 8, 10, 12)]
+    assert response_lengths(eps).tolist() == [4, 8, 10, 12]
+    groups, _ = episodes_to_groups(eps, 4, step=0, pad_id=0, advantage_scale="none",
+                                   overlong=cfg.overlong_shaping())
+    # penalties 0, -(8-6)/4, -1, -1 -> rewards [1, 0.5, 0, 0], mean 0.375
+    assert groups[0].rewards.tolist() == pytest.approx([1.0, 0.5, 0.0, 0.0])
+    assert groups[0].advantages.tolist() == pytest.approx([0.625, 0.125, -0.375, -0.375])
+    # max_response_tokens overrides the default budget: 9 -> the ramp runs from 5 to 9
+    cfg = apply_overrides(TrainConfig, {}, ["max_response_tokens=9", "overlong_buffer=4", "overlong_penalty=2"])
+    groups, _ = episodes_to_groups(eps, 4, step=0, pad_id=0, overlong=cfg.overlong_shaping())
+    assert groups[0].rewards.tolist() == pytest.approx([1.0, 1 - 2 * 3 / 4, -1.0, -1.0])

@@ -11,8 +11,8 @@ import torch
 pytest.importorskip("vllm")
 
 from agentsearch.models import load_model  # noqa: E402
-from agentsearch.trainer.generation.base import SamplingParams  # noqa: E402
-from agentsearch.trainer.generation.hf import HFBackend  # noqa: E402
+from agentsearch.rollout.backends import SamplingParams  # noqa: E402
+from agentsearch.rollout.hf import HFBackend  # noqa: E402
 from agentsearch.trainer.logprobs import token_logprobs  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -44,7 +44,7 @@ def tiny():
 
 
 def test_vllm_matches_hf_and_follows_weight_sync(tiny, tmp_path):
-    from agentsearch.trainer.generation.vllm import VLLMBackend
+    from agentsearch.rollout.vllm import VLLMBackend
 
     pytest.importorskip("numba")
     import numba  # noqa: F401 - regression: vLLM's CPU dispatcher used to trip over llvmlite's lib
@@ -76,7 +76,7 @@ def test_vllm_matches_hf_and_follows_weight_sync(tiny, tmp_path):
 def test_vllm_lora_adapter_sync(tiny, tmp_path):
     from peft import LoraConfig, get_peft_model
 
-    from agentsearch.trainer.generation.vllm import VLLMBackend
+    from agentsearch.rollout.vllm import VLLMBackend
 
     base, tok = load_model("tiny", seed=4)
     model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, init_lora_weights=False,
@@ -94,3 +94,31 @@ def test_vllm_lora_adapter_sync(tiny, tmp_path):
         _check(model, backend, prompts, params)
     finally:
         backend.close()
+
+
+def test_vllm_logprobs_at_temperature_below_one(tiny, tmp_path):
+    """At temperature T the sampled-token logprobs are those of ``log_softmax(logits / T)``
+    (what the trainer's ratio uses), not of the raw logits."""
+    from agentsearch.rollout.vllm import VLLMBackend
+
+    model, tok = tiny
+    temperature = 0.7
+    prompts = [tok(t)["input_ids"] for t in ("Question: When was Ky Stethith born?",
+                                             "Question: Who founded Biagam Company?\n<search>")]
+    params = SamplingParams(max_new_tokens=16, temperature=temperature, seed=11)
+    backend = VLLMBackend(model, tok, max_model_len=256, workdir=tmp_path / "v")
+    try:
+        gens = backend.generate(prompts, params)
+    finally:
+        backend.close()
+    worst = 0.0
+    for p, g in zip(prompts, gens):
+        assert len(g.token_ids) == len(g.logprobs) > 0
+        ids = torch.tensor([p + g.token_ids])
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(p) - 1:-1].float()
+        ref = torch.log_softmax(logits / temperature, dim=-1).gather(-1, ids[0, len(p):, None])[:, 0]
+        raw = torch.log_softmax(logits, dim=-1).gather(-1, ids[0, len(p):, None])[:, 0]
+        assert (ref - raw).abs().max() > 10 * TOL  # the test can tell the two apart
+        worst = max(worst, float((ref - torch.tensor(g.logprobs)).abs().max()))
+    assert worst < TOL, worst

@@ -27,7 +27,8 @@ def world_dir(seed: int = 0, entities: int | None = None) -> Path:
     from agentsearch.models import cache_dir, publish_dir
 
     cfg = WorldConfig(seed=seed) if entities is None else WorldConfig(seed=seed, entities=entities)
-    out = cache_dir() / "worlds" / f"seed{cfg.seed}-n{cfg.entities}"
+    counts = f"q{cfg.n_train}-{cfg.n_dev}-{cfg.n_test}"
+    out = cache_dir() / "worlds" / f"seed{cfg.seed}-n{cfg.entities}-{counts}"
     if (out / "world.json").exists():
         return out
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")

@@ -1,12 +1,12 @@
-"""Gymnasium-style multi-turn text environments, tools, and token-exact rollouts.
+"""Gymnasium-style multi-turn text environments and tools.
 
 - ``TextEnv`` (``core``): the contract. ``reset(seed, options) -> (obs, info)``,
   ``step(action) -> (obs, reward, terminated, truncated, info)``, ``await astep(action)``.
 - ``SearchEnv`` (``agentsearch/Search-v0``) and ``MathEnv`` (``agentsearch/Math-v0``).
 - Tools (``tools``): the async ``Tool`` protocol and its registry (entry points of the
   ``agentsearch.tools`` group, or ``module:attr`` paths).
-- ``rollout`` (``rollout``): many episodes at once, one batched generation per turn,
-  token ids + action masks + generation logprobs out.
+- Rollouts live one layer up, in ``agentsearch.rollout`` (it imports envs, not the
+  other way round).
 
 Importing this package registers the env ids with Gymnasium; it does not import torch.
 """
@@ -14,7 +14,6 @@ Importing this package registers the env ids with Gymnasium; it does not import 
 from agentsearch.envs.core import TextEnv, TextEnvConfig, UnicodeText, observation_text
 from agentsearch.envs.math import MathEnv, MathEnvConfig
 from agentsearch.envs.registration import ENV_IDS, register_envs
-from agentsearch.envs.rollout import Episode, RolloutStats, arollout, rollout
 from agentsearch.envs.search import SearchEnv, SearchEnvConfig
 from agentsearch.envs.tools import (
     CalculatorTool,
@@ -30,5 +29,4 @@ register_envs()
 
 __all__ = ["TextEnv", "TextEnvConfig", "UnicodeText", "observation_text", "SearchEnv",
            "SearchEnvConfig", "MathEnv", "MathEnvConfig", "Tool", "SearchTool", "CalculatorTool",
-           "PythonTool", "load_tool", "load_tools", "available_tools", "rollout", "arollout",
-           "Episode", "RolloutStats", "ENV_IDS", "register_envs"]
+           "PythonTool", "load_tool", "load_tools", "available_tools", "ENV_IDS", "register_envs"]

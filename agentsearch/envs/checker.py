@@ -10,20 +10,18 @@ env's ``check_variants`` (e.g. Math with its calculator and python tools):
 4. a malformed turn gets an error observation and ``reward/format = -format_penalty``;
 5. every step's reward equals the sum of its ``reward/*`` components;
 6. malformed turns until ``max_turns`` end the episode truncated, not terminated;
-7. a scripted rollout through the real tokenizer: the action mask is 1 exactly on the
-   policy's tokens, whose text is the policy's text, and the 0-runs decode to exactly
-   the prompt and the observations; generation logprobs are 0 where the mask is 0.
+7. a scripted rollout through the real tokenizer (``agentsearch.rollout.checker``, one
+   layer up, since envs never import the rollout).
 
-Each failure says what broke; the exit status is the number of failed ids (0 = all passed).
+This module holds the env-level checks (2-6, ``check_text_env``); the command itself,
+``main``, and check 7 live in ``agentsearch.rollout.checker``.
 """
 
 from __future__ import annotations
 
 import json
-import traceback
-import warnings
 
-__all__ = ["check_text_env", "check_rollout_masks", "main"]
+__all__ = ["check_text_env"]
 
 
 def _probe_action(env, name: str) -> str:
@@ -101,103 +99,3 @@ def check_text_env(env) -> list[str]:
            f"{cfg.max_turns} malformed turns must truncate (not terminate) the episode")
     passed.append("truncation")
     return passed
-
-
-def check_rollout_masks(env_factory, tokenizer=None) -> None:
-    """Scripted rollout: masks and token text agree with the policy and env text exactly."""
-    from agentsearch.envs.rollout import rollout
-    from agentsearch.trainer.generation.base import SamplingParams, ScriptedBackend
-
-    if tokenizer is None:
-        from agentsearch.models import load_tokenizer
-
-        tokenizer = load_tokenizer("tiny")
-    env = env_factory()
-    task = dict(env.tasks[0])
-    env.reset(options={"task": task})
-    turns = [_probe_action(env, n) for n in env.tools] + ["not an action"]
-    turns.append(_answer_action(env, str(task["golden_answers"][0])))
-    policy_texts, env_texts = [], []
-
-    def policy(conversation: str) -> str:
-        text = turns[len(policy_texts)]
-        policy_texts.append(text)
-        return text
-
-    def recording_factory():
-        e = env_factory()
-        real_reset, real_astep = e.reset, e.astep
-
-        def reset(**kw):
-            obs, info = real_reset(**kw)
-            env_texts.append(obs)
-            return obs, info
-
-        async def astep(action):
-            out = await real_astep(action)
-            if not (out[2] or out[3]):
-                env_texts.append(out[0])
-            return out
-
-        e.reset, e.astep = reset, astep
-        return e
-
-    backend = ScriptedBackend(tokenizer, policy)
-    episodes, _ = rollout(recording_factory, [task], backend, SamplingParams(max_new_tokens=4096))
-    ep = episodes[0]
-    _check(len(ep.token_ids) == len(ep.action_mask) == len(ep.gen_logprobs), "length mismatch")
-    _check(all(lp == 0.0 for lp, m in zip(ep.gen_logprobs, ep.action_mask) if m == 0),
-           "gen_logprobs must be 0.0 where action_mask is 0")
-    runs: list[tuple[int, list[int]]] = []
-    for t, m in zip(ep.token_ids, ep.action_mask):
-        if runs and runs[-1][0] == m:
-            runs[-1][1].append(t)
-        else:
-            runs.append((m, [t]))
-    env_runs = [tokenizer.decode(ids, skip_special_tokens=False) for m, ids in runs if m == 0]
-    pol_runs = [tokenizer.decode(ids, skip_special_tokens=False) for m, ids in runs if m == 1]
-    _check(env_runs == [t for t in env_texts if t], f"mask-0 text != prompt + observations:\n"
-                                                    f"{env_runs!r}\n{env_texts!r}")
-    _check(pol_runs == policy_texts, f"mask-1 text != policy text:\n{pol_runs!r}\n{policy_texts!r}")
-    _check(ep.terminated and ep.answer_correct, f"the scripted episode did not succeed: {ep.info}")
-
-
-def main(a) -> int:
-    import gymnasium
-    from gymnasium.utils.env_checker import check_env
-
-    import agentsearch.envs  # noqa: F401 - registers the ids
-
-    ids = list(getattr(a, "ids", None) or [i for i in gymnasium.registry if i.startswith("agentsearch/")])
-    failed = 0
-    for env_id in ids:
-        if env_id not in gymnasium.registry:
-            print(f"FAIL {env_id}: not registered (known: "
-                  f"{sorted(i for i in gymnasium.registry if i.startswith('agentsearch/'))})")
-            failed += 1
-            continue
-        ok = True
-        variants = getattr(gymnasium.spec(env_id).make().unwrapped, "check_variants", ({},))
-        for fmt in ("tags", "json"):
-            for variant in variants:
-                kw = {"turn_format": fmt, **variant}
-                label = ", ".join(f"{k}={v}" for k, v in kw.items())
-                try:
-                    with warnings.catch_warnings(record=True) as caught:
-                        warnings.simplefilter("always")
-                        env = gymnasium.make(env_id, **kw)
-                        check_env(env.unwrapped)
-                        env.close()
-                    notes = sorted({str(w.message).strip() for w in caught
-                                    if "gymnasium" in str(w.filename) or "WARN" in str(w.message)})
-                    passed = check_text_env(gymnasium.make(env_id, **kw).unwrapped)
-                    check_rollout_masks(lambda i=env_id, k=kw: gymnasium.make(i, **k).unwrapped)
-                    print(f"ok   {env_id} [{label}]: check_env, {', '.join(passed)}, rollout-masks")
-                    for n in notes:
-                        print(f"     warning: {n}")
-                except Exception as e:  # noqa: BLE001 - report every env, then fail
-                    ok = False
-                    print(f"FAIL {env_id} [{label}]: {type(e).__name__}: {e}")
-                    print(traceback.format_exc(limit=3))
-        failed += not ok
-    return failed

@@ -33,7 +33,7 @@ ended with the eos token), then adds the chat template's tool-response (or user)
 the next assistant generation prompt.
 
 Environments are async at heart: ``await env.astep(action)`` lets many episodes' tool
-calls overlap in one event loop (what ``agentsearch.envs.rollout`` does); ``step`` runs
+calls overlap in one event loop (what ``agentsearch.rollout`` does); ``step`` runs
 ``astep`` to completion for ordinary synchronous use.
 """
 
@@ -292,6 +292,15 @@ class TextEnv(gym.Env, abc.ABC):
         self._done = terminated or truncated
         self._transcript += [action, obs]
         return obs, float(sum(rewards.values())), terminated, truncated, info
+
+    async def aclose(self) -> None:
+        """Close what the tools hold open (e.g. a remote retriever's HTTP client), in the loop
+        they ran on: ``rollout``'s ``EventLoop.close(envs)`` calls it at the end of a run.
+        Idempotent; the env stays usable (a tool re-opens its client on next use)."""
+        for tool in self.tools.values():
+            aclose = getattr(tool, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
     def render(self):
         if self.render_mode == "ansi":

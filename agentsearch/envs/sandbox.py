@@ -15,12 +15,15 @@ no names, attributes or calls beyond those (nothing is ``eval``-ed).
   namespaces via ``unshare -rn``). Where it does not, ``network_isolation()`` returns
   ``"none"``: proxy variables are still dropped from the child's environment, but a
   program can open sockets; run such deployments inside a container without network.
+  The fallback is never silent: the first check in a process logs a warning (and, when
+  isolation works, an info line naming it) on the ``agentsearch.sandbox`` logger.
 """
 
 from __future__ import annotations
 
 import ast
 import asyncio
+import logging
 import math
 import operator
 import os
@@ -34,6 +37,8 @@ import time
 from functools import lru_cache
 
 __all__ = ["evaluate", "CalculatorError", "run_python", "network_isolation"]
+
+log = logging.getLogger("agentsearch.sandbox")
 
 
 class CalculatorError(ValueError):
@@ -101,11 +106,28 @@ def evaluate(expr: str) -> int | float:
 
 @lru_cache(maxsize=1)
 def network_isolation() -> str:
-    """``"unshare -rn"`` / ``"unshare -n"`` if a private network namespace works here, else ``"none"``."""
+    """The network isolation ``run_python`` uses in this process.
+
+    ``"unshare -rn"`` or ``"unshare -n"`` (the command prefix that gives the child a private
+    network namespace) when that works here, else ``"none"`` (the child can open sockets).
+    Probed once per process; the result is logged once: a warning for ``"none"``, an info
+    line otherwise.
+    """
+    mode = _probe_isolation()
+    if mode == "none":
+        log.warning("python sandbox: NO network isolation (`unshare -rn` / `unshare -n` unavailable "
+                    "on %s); programs run by the python tool can open sockets. Run inside a "
+                    "container without network, or allow user namespaces.", sys.platform)
+    else:
+        log.info("python sandbox: network isolation via `%s`", mode)
+    return mode
+
+
+def _probe_isolation() -> str:
     exe = shutil.which("unshare")
     if exe is None or not sys.platform.startswith("linux"):
         return "none"
-    for flags in ("-rn", "-n"):
+    for flags in ("-rn", "-n"):  # -r first: works unprivileged where user namespaces are allowed
         try:
             ok = subprocess.run([exe, flags, "true"], capture_output=True, timeout=5).returncode == 0
         except (OSError, subprocess.TimeoutExpired):

@@ -47,6 +47,10 @@ class SearchEnvConfig(TextEnvConfig):
     """Passages per search (Search-R1 uses 3)."""
     answer_metric: str = "em"
     """``reward/answer`` is exact match (``"em"``) or token F1 (``"f1"``)."""
+    question_types: tuple[str, ...] | None = None
+    """Keep only tasks whose ``type`` is one of these (the world's ``single``, ``bridge``,
+    ``comparison``); None keeps all. The demo drops ``comparison``: naming one of two
+    candidates without reading pays ~0.5, a shortcut RL would learn instead of searching."""
 
 
 _TASKS: dict[str, list[dict]] = {}
@@ -135,14 +139,23 @@ class SearchEnv(TextEnv):
 
     def load_tasks(self) -> list[dict]:
         if self.config.questions is not None:
-            return _load_rows(Path(self.config.questions))
-        from agentsearch.data import world_dir
+            rows = _load_rows(Path(self.config.questions))
+        else:
+            from agentsearch.data import world_dir
 
-        split = self.config.split
-        path = world_dir(seed=self.config.world_seed, entities=self.config.world_entities) / f"{split}.jsonl"
-        if not path.exists():
-            raise ValueError(f"the synthetic world has no split {split!r}; use train, dev or test")
-        return _load_rows(path)
+            split = self.config.split
+            path = world_dir(seed=self.config.world_seed, entities=self.config.world_entities) / f"{split}.jsonl"
+            if not path.exists():
+                raise ValueError(f"the synthetic world has no split {split!r}; use train, dev or test")
+            rows = _load_rows(path)
+        if self.config.question_types is None:
+            return rows
+        keep = set(self.config.question_types)
+        kept = [r for r in rows if r.get("type") in keep]
+        if rows and not kept:
+            found = sorted({str(r.get("type")) for r in rows})
+            raise ValueError(f"question_types={sorted(keep)} matches no task; the tasks' types are {found}")
+        return kept
 
     def instructions(self, task: dict) -> list[dict]:
         q = str(task["question"]).strip()

@@ -202,6 +202,13 @@ class SearchTool:
         hits = (await self.retriever.asearch([query], self.topk))[0]
         return format_hits(hits) if hits else "No results."
 
+    async def aclose(self) -> None:
+        """Close the retriever's async clients (``RemoteRetriever.aclose``), if it has been
+        built and has any; the retriever may be shared, and closing it twice is harmless."""
+        aclose = getattr(self._retriever, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
 
 class CalculatorTool:
     """Evaluate arithmetic: ``+ - * / // % ^``, parentheses, sqrt, log, exp, comb, … (no eval)."""

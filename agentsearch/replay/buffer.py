@@ -1,6 +1,6 @@
 """The replay buffer: Headroom-Drift Replay and, by configuration, its baselines.
 
-One step of training with replay (DESIGN.md, "Headroom-Drift Replay"):
+One step of training with replay (docs/design.md, "Headroom-Drift Replay"):
 
     sel = buf.select(score_fn, step)      # before the update
     loss on fresh groups + sel.accepted   # replayed tokens: stored gen_logprobs and advantages
@@ -18,7 +18,9 @@ once enough groups pass. Groups that were not scanned keep their cached headroom
 ``answer_correct`` where the task gives it, else reward > ``success_threshold``), sets
 their cached headroom to the reference headroom under the stored generation logprobs,
 and appends them FIFO; the oldest are evicted beyond ``capacity``. Replay never removes
-or re-queues a group.
+or re-queues a group. A group whose generation logprobs are nan/inf on a policy token is
+refused (its ratios and headroom would be nan) and counted: ``replay/ingress_nonfinite``
+(last ``add``) and ``replay/ingress_nonfinite_total`` in ``metrics()``.
 
 The baselines are the same buffer with another scan order and/or no gate (see
 ``make_replay`` in ``agentsearch.replay.strategies``):
@@ -78,6 +80,11 @@ class Selection:
     stats: dict[str, float] = field(default_factory=dict)
 
 
+def finite_on_policy_tokens(g: ReplayGroup) -> bool:
+    """Whether every generation logprob on a policy token of ``g`` is finite ([n, T] -> bool)."""
+    return bool(torch.isfinite(g.gen_logprobs[g.action_mask]).all())
+
+
 class HeadroomDriftBuffer:
     """Headroom-Drift Replay buffer (module doc); baselines via ``order`` and ``gate``.
 
@@ -127,6 +134,8 @@ class HeadroomDriftBuffer:
         self._rng = torch.Generator().manual_seed(self.seed)
         self._groups: list[ReplayGroup] = []  # FIFO, oldest first
         self._added: list[int] = []           # the step each group was added at
+        self._nonfinite_last = 0              # groups refused by the last add for nan/inf logprobs
+        self._nonfinite_total = 0
 
     # ------------------------------------------------------------------ inspection
     @property
@@ -148,7 +157,11 @@ class HeadroomDriftBuffer:
 
     def metrics(self) -> dict[str, float]:
         """Buffer-level metrics now (log after ``add`` to see this step's ingress)."""
-        return self.stats.metrics(self._groups)
+        return {**self.stats.metrics(self._groups), **self._ingress_metrics()}
+
+    def _ingress_metrics(self) -> dict[str, float]:
+        return {"replay/ingress_nonfinite": float(self._nonfinite_last),
+                "replay/ingress_nonfinite_total": float(self._nonfinite_total)}
 
     def __repr__(self) -> str:
         return (f"HeadroomDriftBuffer(name={self.name!r}, size={len(self)}/{self.capacity}, "
@@ -159,13 +172,17 @@ class HeadroomDriftBuffer:
         """Offer this step's groups; admit those with mixed outcomes. Returns how many.
 
         Call after the update of ``step``: groups added at ``step`` are scanned from the
-        next ``select`` on (``select`` at the same ``step`` does not see them).
+        next ``select`` on (``select`` at the same ``step`` does not see them). Groups with
+        nan/inf generation logprobs on policy tokens are refused and counted.
         """
-        all_success = all_fail = 0
+        all_success = all_fail = nonfinite = 0
         new: list[ReplayGroup] = []
         for g in groups:
             if not isinstance(g, ReplayGroup):
                 raise TypeError(f"add() takes ReplayGroup objects, got {type(g).__name__}")
+            if not finite_on_policy_tokens(g):
+                nonfinite += 1
+                continue
             wins = int(g.successes(self.success_threshold).sum())
             if wins == g.n:
                 all_success += 1
@@ -182,6 +199,11 @@ class HeadroomDriftBuffer:
         del self._groups[:overflow], self._added[:overflow]
         self.stats.on_add(offered=len(groups), admitted=len(new), all_success=all_success,
                           all_fail=all_fail, evicted=evicted, step=int(step))
+        self._nonfinite_last = nonfinite
+        self._nonfinite_total += nonfinite
+        if nonfinite:
+            log.warning("replay ingress at step %d: refused %d group(s) with nan/inf generation "
+                        "logprobs on policy tokens (%d so far)", step, nonfinite, self._nonfinite_total)
         return len(new)
 
     # ------------------------------------------------------------------ selection
@@ -222,7 +244,7 @@ class HeadroomDriftBuffer:
         stats = selection_metrics(candidates=len(pool), scanned=scanned, accepted=accepted,
                                   k_rep=self.k_rep, step=int(step), score_calls=calls,
                                   records=records)
-        stats.update(self.stats.metrics(self._groups))
+        stats.update(self.metrics())
         return Selection(accepted=accepted, scanned=scanned, stats=stats)
 
     def _scan_order(self, pool: list[int]) -> list[int]:
@@ -280,7 +302,8 @@ class HeadroomDriftBuffer:
                 "groups": [g.state_dict() for g in self._groups],
                 "added_steps": list(self._added),
                 "rng_state": self._rng.get_state(),
-                "stats": self.stats.state_dict()}
+                "stats": self.stats.state_dict(),
+                "ingress_nonfinite": [self._nonfinite_last, self._nonfinite_total]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict()`` output. This buffer's own configuration is kept; a
@@ -302,3 +325,4 @@ class HeadroomDriftBuffer:
         self._groups, self._added = groups[overflow:], added[overflow:]
         self._rng.set_state(state["rng_state"])
         self.stats.load_state_dict(state["stats"])
+        self._nonfinite_last, self._nonfinite_total = (int(x) for x in state.get("ingress_nonfinite", (0, 0)))

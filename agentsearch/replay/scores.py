@@ -1,6 +1,6 @@
 """Headroom and Policy Drift: the two scores of Headroom-Drift Replay (arXiv 2609.03941).
 
-Notation (DESIGN.md, "Headroom-Drift Replay"): a group g is one prompt with n responses;
+Notation (docs/design.md, "Headroom-Drift Replay"): a group g is one prompt with n responses;
 T(g) is the set of policy-generated token positions of all responses (``mask`` True);
 response i's advantage A_i is copied to each of its tokens; p = exp(logprob) of the
 sampled token under a policy.

@@ -1,6 +1,6 @@
 """``TrainConfig``: every knob of ``agentsearch train``, one documented field each.
 
-Presets live in ``configs/*.yaml``; ``key=value`` overrides go on top
+Presets live in ``agentsearch/configs/*.yaml``; ``key=value`` overrides go on top
 (``agentsearch train --preset tiny --out runs/x steps=50 replay=hdr replay.tau=1e-3``).
 ``replay=KIND`` is shorthand for ``replay.kind=KIND``. Derived values are checked in
 ``__post_init__``; the resolved config is written to the run folder as ``config.yaml``.
@@ -69,9 +69,12 @@ class SFTConfig:
     """Causal-LM steps on all tokens of a disjoint world's oracle transcripts, before SFT
     (for randomly initialised tiny models; 0 = off)."""
     pretrain_world_seed: int = 1000
-    """The disjoint world for pretraining; must differ from env_kwargs.world_seed."""
+    """The first disjoint world for pretraining; must differ from env_kwargs.world_seed."""
+    pretrain_worlds: int = 1
+    """Pretrain on this many disjoint worlds (seeds ``pretrain_world_seed``, +1, ...): diverse
+    transcripts teach a tiny model to copy from context instead of memorising them."""
     pretrain_episodes: int = 3000
-    """Oracle transcripts of the disjoint world to pretrain on."""
+    """Oracle transcripts to pretrain on, per disjoint world."""
     pretrain_lr: float | None = None
     """Pretraining learning rate (None: ``lr``)."""
     pretrain_batch_size: int | None = None
@@ -87,6 +90,27 @@ class SFTConfig:
     """Share of oracle episodes that take a detour (a wrong first query, then recover)."""
     think: bool = False
     """Oracle turns open with a short ``<think>`` sentence (off: shorter turns for tiny models)."""
+    strategies: dict = field(default_factory=lambda: {"thorough": 1.0})
+    """Shares of the oracle population in SFT (``agentsearch.envs.oracle.STRATEGIES``:
+    ``thorough``, ``one_search``); they differ only in when they stop searching."""
+    pretrain_strategies: dict | None = None
+    """The population's shares in pretraining (None: ``strategies``)."""
+    log_every: int = 100
+    """Print a progress line every N warm-start steps (0 = never)."""
+
+    def __post_init__(self):
+        from agentsearch.envs.oracle import check_strategies
+
+        for name in ("strategies", "pretrain_strategies"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            try:
+                check_strategies(dict(value))
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"sft.{name}: {e}") from None
+        if self.pretrain_worlds < 1:
+            raise ConfigError(f"sft.pretrain_worlds={self.pretrain_worlds} must be >= 1")
 
 
 @dataclass
@@ -98,7 +122,7 @@ class EvalConfig:
     questions: str | None = None
     """A held-out question file (JSONL/parquet) instead of ``split``, for custom data."""
     limit: int = 200
-    """Questions per evaluation (the first N of the split)."""
+    """Questions per evaluation (the first N of the split; 0 = all)."""
     n: int = 1
     """Samples per question: Mean@n and Best@n."""
     temperature: float = 0.0
@@ -177,17 +201,22 @@ class TrainConfig:
     clip_high: float = 0.28
     """> clip_low is DAPO's clip-higher."""
     dual_clip: float | None = None
-    """Dual-clip PPO bound c > 1 for negative advantages (None = off)."""
+    """Dual-clip PPO bound c > 1 for negative advantages (None = off; loss=grpo only)."""
     agg: Literal["token", "sequence"] = "token"
-    """Loss aggregation: over all tokens of the batch (DAPO) or mean of sequence means (GRPO)."""
+    """Loss aggregation: over all tokens of the batch (DAPO) or mean of sequence means (GRPO);
+    GSPO is per sequence either way (``losses.AGGREGATION``)."""
     advantage_scale: Literal["std", "none"] = "std"
     """Divide group-centred rewards by the group std (GRPO) or not (Dr. GRPO)."""
     dynamic_sampling: bool = False
     """Drop zero-variance groups from the update (DAPO); their share is logged either way."""
     overlong_buffer: int = 0
-    """DAPO soft overlong shaping over the last N tokens of max_seq_len (0 = off)."""
+    """DAPO soft overlong shaping over the last N tokens of the policy-token budget
+    (``max_response_tokens``; 0 = off)."""
     overlong_penalty: float = 1.0
-    """Penalty at max_seq_len for the overlong shaping."""
+    """Penalty at the policy-token budget for the overlong shaping."""
+    max_response_tokens: int | None = None
+    """Policy-token budget DAPO's overlong shaping measures (the response's own tokens,
+    without prompt and observations); None = max_turns * generation.max_new_tokens."""
     kl_coef: float = 0.0
     """KL to the reference policy (off by default; with LoRA the reference is the base model)."""
     kl_kind: Literal["k1", "k2", "k3"] = "k3"
@@ -238,5 +267,43 @@ class TrainConfig:
             problems.append("max_turns must be >= 1")
         if self.micro_batch_size < 1:
             problems.append("micro_batch_size must be >= 1")
+        if self.generation.temperature <= 0:
+            problems.append(f"generation.temperature={self.generation.temperature} must be > 0: training "
+                            "logprobs divide the logits by it (for greedy evaluation set eval.temperature=0)")
+        if self.checkpoint_every < 1:
+            problems.append(f"checkpoint_every={self.checkpoint_every} must be >= 1 (a checkpoint is "
+                            "also saved at the end; for only that one set checkpoint_every=steps)")
+        if self.dual_clip is not None and self.loss != "grpo":
+            problems.append(f"dual_clip={self.dual_clip} is used only by loss=grpo, not {self.loss}: "
+                            "unset it (dual_clip=none)")
+        if self.dual_clip is not None and self.dual_clip <= 1:
+            problems.append(f"dual_clip={self.dual_clip} must be > 1 (or none)")
+        if self.loss == "gspo" and max(self.clip_low, self.clip_high) > 0.01:
+            problems.append(f"loss=gspo with clip_low={self.clip_low}, clip_high={self.clip_high}: GSPO "
+                            "clips the sequence-level ratio, whose range is ~3e-4 (a clip above 0.01 "
+                            "clips almost nothing); set clip_low=3e-4 clip_high=4e-4")
+        if self.overlong_buffer < 0:
+            problems.append(f"overlong_buffer={self.overlong_buffer} must be >= 0 (0 = off)")
+        if self.max_response_tokens is not None and self.max_response_tokens < 1:
+            problems.append(f"max_response_tokens={self.max_response_tokens} must be >= 1 "
+                            "(or none: max_turns * generation.max_new_tokens)")
+        elif self.overlong_buffer > self.response_budget:
+            problems.append(f"overlong_buffer={self.overlong_buffer} exceeds the policy-token budget "
+                            f"{self.response_budget}, so even an empty response would be penalised: "
+                            "lower overlong_buffer or raise max_response_tokens")
         if problems:
             raise ConfigError("; ".join(problems))
+
+    @property
+    def response_budget(self) -> int:
+        """Policy tokens a response may have: ``max_response_tokens`` or, when None,
+        ``max_turns * generation.max_new_tokens``."""
+        if self.max_response_tokens is not None:
+            return self.max_response_tokens
+        return self.max_turns * self.generation.max_new_tokens
+
+    def overlong_shaping(self) -> tuple[int, int, float] | None:
+        """``(policy-token budget, buffer, penalty)`` for ``episodes_to_groups``; None when off."""
+        if self.overlong_buffer <= 0:
+            return None
+        return self.response_budget, self.overlong_buffer, self.overlong_penalty

@@ -6,16 +6,44 @@ A *benchmark* is a bucket of questions: the ``data_source`` field when the rows 
 are played (greedy when ``temperature`` is 0); Mean@n is the mean of ``answer_correct``
 over the n samples, Best@n whether any of them was correct. ``macro`` averages the
 benchmarks equally, ``weighted`` by their sizes (= the plain mean over questions).
+
+Behaviour per benchmark, to see *what* RL changed: ``searches`` (tool calls per episode),
+``no_search_answer`` (share of episodes that answered without any tool call) and
+``one_search_answer`` (answered after exactly one). ``write_samples`` saves a few decoded
+episodes with their rewards.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
-from agentsearch.envs.rollout import rollout
-from agentsearch.trainer.generation.base import SamplingParams
+from agentsearch.rollout import SamplingParams, rollout
 
-__all__ = ["evaluate", "main"]
+__all__ = ["evaluate", "eval_settings", "main"]
+
+
+def eval_settings(cfg) -> dict:
+    """The ``evaluate`` keyword arguments of a ``TrainConfig``: the run's periodic evals and
+    ``agentsearch eval --run`` use exactly these, so a saved model reproduces its evals."""
+    e = cfg.eval
+    return dict(n=e.n, temperature=e.temperature, max_new_tokens=cfg.generation.max_new_tokens,
+                max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len, seed=cfg.seed + 7)
+
+
+def eval_envs(cfg, split: str | None = None, questions: str | None = None, limit: int | None = None,
+              n: int | None = None) -> tuple[list, list[dict]]:
+    """``(envs, tasks)`` for an evaluation: the first ``limit`` tasks (0 = all) of ``split`` or a
+    ``questions`` file (defaults: the config's ``eval`` section), one env per episode."""
+    from agentsearch.trainer.setup import build_envs
+
+    split = split or cfg.eval.split
+    questions = questions if questions is not None else cfg.eval.questions
+    limit = cfg.eval.limit if limit is None else limit
+    n = n or cfg.eval.n
+    envs = build_envs(cfg, 1, split=split, questions=questions)
+    tasks = envs[0].tasks[:limit] if limit else list(envs[0].tasks)
+    envs += build_envs(cfg, len(tasks) * n - 1, split=split, questions=questions)
+    return envs, tasks
 
 
 def _bucket(task: dict) -> str:
@@ -24,20 +52,26 @@ def _bucket(task: dict) -> str:
 
 def evaluate(backend, envs, tasks: list[dict], *, n: int = 1, temperature: float = 0.0,
              max_new_tokens: int = 64, max_turns: int | None = None, max_seq_len: int | None = None,
-             seed: int = 0, prefix: str = "eval") -> dict[str, float]:
-    """Play every task ``n`` times; return ``{prefix}/...`` metrics."""
+             seed: int = 0, prefix: str = "eval", samples_to=None, loop=None) -> dict[str, float]:
+    """Play every task ``n`` times; return ``{prefix}/...`` metrics. ``samples_to``: a text
+    file for a few decoded episodes (``write_samples``). ``loop``: the run's ``EventLoop``."""
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     episodes, stats = rollout(envs, tasks, backend, params, n_per_task=n, max_turns=max_turns,
-                              seed=seed, max_seq_len=max_seq_len)
+                              seed=seed, max_seq_len=max_seq_len, loop=loop)
     per_bucket: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    behaviour: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     for i, task in enumerate(tasks):
-        correct = [bool(e.answer_correct) for e in episodes[i * n:(i + 1) * n]]
+        eps = episodes[i * n:(i + 1) * n]
+        correct = [bool(e.answer_correct) for e in eps]
         per_bucket[_bucket(task)].append((sum(correct) / n, float(any(correct))))
+        behaviour[_bucket(task)] += [_behaviour(e) for e in eps]
     out: dict[str, float] = {}
     for b, vals in sorted(per_bucket.items()):
         out[f"{prefix}/{b}/mean_at_n"] = sum(v[0] for v in vals) / len(vals)
         out[f"{prefix}/{b}/best_at_n"] = sum(v[1] for v in vals) / len(vals)
         out[f"{prefix}/{b}/size"] = float(len(vals))
+        for j, key in enumerate(("searches", "no_search_answer", "one_search_answer")):
+            out[f"{prefix}/{b}/{key}"] = sum(v[j] for v in behaviour[b]) / len(behaviour[b])
     buckets = list(per_bucket)
     all_vals = [v for vals in per_bucket.values() for v in vals]
     out[f"{prefix}/mean_at_n"] = sum(v[0] for v in all_vals) / max(len(all_vals), 1)
@@ -47,17 +81,54 @@ def evaluate(backend, envs, tasks: list[dict], *, n: int = 1, temperature: float
     out[f"{prefix}/questions"] = float(len(tasks))
     out[f"{prefix}/turns_mean"] = stats.turns / max(stats.episodes, 1)
     out[f"{prefix}/format_reward"] = stats.reward_components.get("reward/format", 0.0)
+    all_b = [v for vals in behaviour.values() for v in vals]
+    out[f"{prefix}/searches"] = sum(v[0] for v in all_b) / max(len(all_b), 1)
+    if samples_to is not None:
+        write_samples(episodes, tasks, n, samples_to, tokenizer=getattr(backend, "tokenizer", None))
     return out
 
 
+def _behaviour(ep) -> tuple[float, float, float]:
+    """(tool calls, answered without a call, answered after exactly one call) of an episode."""
+    calls = int(ep.info.get("tool_calls", 0))
+    answered = ep.info.get("answer") is not None
+    return float(calls), float(answered and calls == 0), float(answered and calls == 1)
+
+
+def write_samples(episodes, tasks: list[dict], n: int, path, *, tokenizer, per_bucket: int = 2) -> None:
+    """Decode the first ``per_bucket`` questions of each benchmark (their first sample) into
+    the text file ``path``, with the reward, its components and the golden answers."""
+    from pathlib import Path
+
+    if tokenizer is None:
+        return
+    seen: dict[str, int] = defaultdict(int)
+    parts = []
+    for i, task in enumerate(tasks):
+        b = _bucket(task)
+        if seen[b] >= per_bucket:
+            continue
+        seen[b] += 1
+        e = episodes[i * n]
+        comps = ", ".join(f"{k}={v:g}" for k, v in sorted(e.reward_components.items()))
+        parts.append(f"=== {b} | reward {e.reward:g} ({comps}) | correct {e.answer_correct} | "
+                     f"searches {e.info.get('tool_calls', 0)} | gold {task.get('golden_answers')}\n"
+                     f"{tokenizer.decode(e.token_ids)}\n")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(parts))
+
+
 def main(a) -> int:
-    """``agentsearch eval``: a run's final model, or a model by name, on a split or file."""
+    """``agentsearch eval``: a run's final model, or a model by name, on a split or file.
+    Unless given on the command line, the split, question count, samples and temperature are
+    the run's (or preset's) ``eval`` settings."""
     import json
     from pathlib import Path
 
     from agentsearch.config import apply_overrides
     from agentsearch.trainer.config import TrainConfig
-    from agentsearch.trainer.setup import build_backend, build_envs, build_policy
+    from agentsearch.trainer.setup import build_backend, build_policy
 
     overrides = list(a.overrides)
     if a.run:
@@ -71,16 +142,16 @@ def main(a) -> int:
     model, tok = build_policy(cfg)
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
-    split = a.split
-    env_split = split if split in ("train", "dev", "test") else "dev"
-    if split not in ("train", "dev", "test"):
-        cfg.env_kwargs = {**cfg.env_kwargs, "questions": split}
-    envs = build_envs(cfg, 1, split=env_split)
-    tasks = envs[0].tasks[: a.limit] if a.limit else envs[0].tasks
-    envs += build_envs(cfg, len(tasks) * a.n - 1, split=env_split)
+    split = a.split or cfg.eval.split
+    questions = None if split in ("train", "dev", "test") else split
+    settings = eval_settings(cfg)
+    if a.n is not None:
+        settings["n"] = a.n
+        if a.n > 1 and cfg.eval.temperature == 0:  # n greedy samples would all be the same
+            settings["temperature"] = cfg.generation.temperature
+    envs, tasks = eval_envs(cfg, "dev" if questions else split, questions or cfg.eval.questions,
+                            a.limit, settings["n"])
     backend = build_backend(cfg, model, tok)
-    res = evaluate(backend, envs, tasks, n=a.n, temperature=0.0 if a.n == 1 else cfg.generation.temperature,
-                   max_new_tokens=cfg.generation.max_new_tokens, max_turns=cfg.max_turns,
-                   max_seq_len=cfg.max_seq_len, seed=cfg.seed)
+    res = evaluate(backend, envs, tasks, **settings)
     print(json.dumps(res, indent=1))
     return 0

@@ -16,12 +16,17 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from agentsearch.envs.rollout import Episode
 from agentsearch.replay import ReplayGroup
+from agentsearch.rollout import Episode
 from agentsearch.trainer.advantages import group_advantages, zero_variance_mask
 from agentsearch.trainer.losses import overlong_penalty
 
-__all__ = ["episodes_to_groups", "rescore"]
+__all__ = ["episodes_to_groups", "rescore", "response_lengths"]
+
+
+def response_lengths(episodes: Sequence[Episode]) -> torch.Tensor:
+    """Each episode's response length in policy tokens (action mask set): [len(episodes)] long."""
+    return torch.tensor([int(sum(e.action_mask)) for e in episodes], dtype=torch.long)
 
 
 def episodes_to_groups(episodes: Sequence[Episode], n: int, step: int, *, pad_id: int,
@@ -29,16 +34,18 @@ def episodes_to_groups(episodes: Sequence[Episode], n: int, step: int, *, pad_id
                        ) -> tuple[list[ReplayGroup], dict[str, float]]:
     """``len(episodes) / n`` groups, and ``groups/*`` metrics.
 
-    ``overlong=(max_len, buffer, factor)`` adds DAPO's soft overlong penalty on the number
-    of policy tokens of each response.
+    ``overlong=(max_len, buffer, factor)`` adds DAPO's soft overlong penalty on each
+    response's length in *policy* tokens (prompt and observation tokens do not count), so
+    ``max_len`` is a policy-token budget (``TrainConfig.overlong_shaping()``: the config's
+    ``max_response_tokens``), not the episode's ``max_seq_len``.
     """
     if len(episodes) % n:
         raise ValueError(f"{len(episodes)} episodes do not split into groups of {n}")
     G = len(episodes) // n
     rewards = torch.tensor([e.reward for e in episodes], dtype=torch.float32).view(G, n)  # [G, n]
     if overlong is not None and overlong[1] > 0:
-        lengths = torch.tensor([sum(e.action_mask) for e in episodes]).view(G, n)
-        rewards = rewards + overlong_penalty(lengths.flatten(), *overlong).view(G, n)
+        lengths = response_lengths(episodes)  # [G * n]
+        rewards = rewards + overlong_penalty(lengths, *overlong).view(G, n)
     adv = group_advantages(rewards, scale=advantage_scale)  # [G, n]
     groups = []
     for g in range(G):

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from agentsearch.config import ConfigError, apply_overrides, dump
-from agentsearch.envs.rollout import rollout
+from agentsearch.rollout import EventLoop, SamplingParams, rollout
 from agentsearch.trainer.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
@@ -39,9 +39,9 @@ from agentsearch.trainer.checkpoint import (
     save_final,
 )
 from agentsearch.trainer.config import TrainConfig
-from agentsearch.trainer.eval import evaluate
-from agentsearch.trainer.generation.base import SamplingParams
+from agentsearch.trainer.eval import eval_envs, eval_settings, evaluate
 from agentsearch.trainer.groups import episodes_to_groups, rescore
+from agentsearch.trainer.health import HealthMonitor
 from agentsearch.trainer.logprobs import make_score_fn, token_logprobs
 from agentsearch.trainer.lora import adapter_disabled, count_parameters
 from agentsearch.trainer.metrics import MetricsLogger
@@ -77,12 +77,13 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
     model, tok = build_policy(cfg)
     optimizer, scheduler = build_optimizer(cfg, model)
     replay = build_replay(cfg)
+    health = HealthMonitor(replay_kind=cfg.replay.kind)  # health/* alarms: a run that learns nothing says so
     n_episodes = cfg.prompts_per_step * cfg.group_size
     envs = build_envs(cfg, n_episodes, split="train")
-    preflight(envs[0])
+    events = EventLoop()  # one asyncio loop for every rollout of the run (closed at the end)
+    preflight(envs[0], loop=events)
     sampler = TaskSampler(envs[0].tasks, seed=cfg.seed)
-    eval_envs = build_envs(cfg, cfg.eval.limit * cfg.eval.n, split=cfg.eval.split, questions=cfg.eval.questions)
-    eval_tasks = eval_envs[0].tasks[: cfg.eval.limit]
+    eval_env_list, eval_tasks = eval_envs(cfg)
     scorer = make_score_fn(model, temperature=cfg.generation.temperature)
     scored = {"tokens": 0.0}
 
@@ -96,6 +97,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
         state = load_checkpoint(ckpt, model=model, optimizer=optimizer, scheduler=scheduler, replay=replay)
         step = state["step"]
         sampler.load_state_dict(state["sampler"])
+        health.load_state_dict(state.get("health", {}))
     sft_metrics = {}
     if step == 0 and (cfg.sft.steps > 0 or cfg.sft.pretrain_steps > 0):  # warm start, before anything is measured
         t0 = time.perf_counter()
@@ -111,11 +113,10 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
     trainable, total = count_parameters(model)
     log.info("model %s: %d/%d trainable parameters; replay=%s", cfg.model, trainable, total, cfg.replay.kind)
 
-    def run_eval() -> dict:
+    def run_eval() -> dict:  # a few decoded episodes go to RUN_DIR/samples/step-N.txt
         with timer.phase("eval"):
-            return evaluate(backend, eval_envs, eval_tasks, n=cfg.eval.n, temperature=cfg.eval.temperature,
-                            max_new_tokens=cfg.generation.max_new_tokens, max_turns=cfg.max_turns,
-                            max_seq_len=cfg.max_seq_len, seed=cfg.seed + 7)
+            return evaluate(backend, eval_env_list, eval_tasks, **eval_settings(cfg),
+                            samples_to=run_dir / "samples" / f"step-{step}.txt", loop=events)
 
     def ref_logprobs(ids, attn, mask):
         with adapter_disabled(model if ref_model is None else ref_model) as ref:
@@ -125,6 +126,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
     if step == 0:
         last = run_eval()
         logger.log(0, {**last, **sft_metrics, "time/train_cumulative": 0.0})
+        progress.update(0, last)
         timer.end_step()
     sampling = SamplingParams(max_new_tokens=cfg.generation.max_new_tokens, temperature=cfg.generation.temperature,
                               top_p=cfg.generation.top_p)
@@ -134,12 +136,13 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
         tasks = sampler.sample(cfg.prompts_per_step)
         sampling.seed = cfg.seed * 1_000_003 + step
         episodes, rstats = rollout(envs, tasks, backend, sampling, n_per_task=cfg.group_size,
-                                   max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len, seed=step * 7919)
+                                   max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len, seed=step * 7919,
+                                   loop=events)
         for phase in ("generate", "env", "reward"):
             timer.add(phase, rstats.metrics()[f"time/{phase}"])
         # 2. logprobs: the trainer's own logprobs become the replay state; GRPO advantages
         with timer.phase("logprobs"):
-            overlong = (cfg.max_seq_len, cfg.overlong_buffer, cfg.overlong_penalty) if cfg.overlong_buffer else None
+            overlong = cfg.overlong_shaping()  # policy tokens vs max_response_tokens, not max_seq_len
             fresh, gmetrics = episodes_to_groups(episodes, cfg.group_size, step, pad_id=tok.pad_token_id,
                                                  advantage_scale=cfg.advantage_scale, overlong=overlong)
             gmetrics.update(rescore(fresh, score_fn))
@@ -168,13 +171,17 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
                    "tokens/generated": float(rstats.tokens_generated),
                    "tokens/scored": scored["tokens"],
                    "tokens/trained": tmetrics.get("train/tokens", 0.0)}
+        hmetrics, warnings = health.update(step, metrics)
+        metrics.update(hmetrics)
+        for w in warnings:
+            log.warning("step %d: %s", step, w)
         if (cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps:
             last = run_eval()
             metrics.update(last)
         if step % cfg.checkpoint_every == 0 or step == cfg.steps:
             with timer.phase("checkpoint"):
                 state.update(train_cumulative=timer.train_cumulative + timer.pending_train_time(),
-                             sampler=sampler.state_dict())
+                             sampler=sampler.state_dict(), health=health.state_dict())
                 save_checkpoint(run_dir, step, model=model, optimizer=optimizer, scheduler=scheduler,
                                 replay=replay, state=state)
         metrics.update(timer.end_step())
@@ -184,6 +191,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
     progress.close()
     save_final(model, tok, run_dir / "final")
     logger.close()
+    events.close(envs, eval_env_list)  # the envs' tools and retriever clients, then the loop
     if hasattr(backend, "close"):
         backend.close()
     return last

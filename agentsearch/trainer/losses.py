@@ -6,12 +6,16 @@ environment tokens never contribute to a loss. ``old_logprobs`` is the ratio
 denominator: the generation-time (behaviour) logprobs; for replayed groups these are the
 stored ones, so the importance ratio corrects for the policy having moved since.
 
-Aggregation (``agg``):
+Aggregation: ``AGGREGATION[loss][agg]`` is the one place that says what each loss sums and
+what the sum is divided by (``aggregation``, ``loss_normalizer``):
 - ``"token"``: sum over all masked tokens / number of masked tokens (DAPO's token-level
-  loss; OpenRLHF's ``token_level_loss=True``);
-- ``"sequence"``: mean over sequences of each sequence's token mean (the original GRPO).
-``normalizer`` overrides the denominator of the token mode (the global token count of the
-whole batch when a step is split into micro-batches for gradient accumulation).
+  loss; OpenRLHF's ``token_level_loss=True``): GRPO and CISPO with ``agg="token"``;
+- ``"sequence"``: sum over sequences of each sequence's token mean / number of sequences
+  with at least one masked token (the original GRPO): ``agg="sequence"``, and GSPO always
+  (its ratio, clip and advantage are per sequence whatever ``agg`` says).
+``normalizer`` overrides that denominator: ``loss_normalizer`` over the *whole step's* masks
+when a step is split into micro-batches, so the micro-batch losses (and gradients) sum to the
+full-batch ones.
 
 References: GRPO (Shao et al. 2024, arXiv 2402.03300); DAPO clip-higher, dynamic sampling
 and overlong shaping (Yu et al. 2025, arXiv 2503.14476); GSPO (Zheng et al. 2025,
@@ -25,7 +29,18 @@ from typing import Literal, NamedTuple
 import torch
 
 __all__ = ["LossStats", "policy_loss", "grpo_loss", "gspo_loss", "cispo_loss", "kl_penalty",
-           "overlong_penalty", "sft_loss", "masked_mean"]
+           "overlong_penalty", "sft_loss", "masked_mean", "AGGREGATION", "aggregation",
+           "loss_normalizer"]
+
+Unit = Literal["token", "sequence"]
+
+AGGREGATION: dict[str, dict[str, Unit]] = {
+    # loss -> agg -> unit: "token" divides the summed per-token loss by the policy-token
+    # count, "sequence" divides the sum of per-sequence token means by the sequence count
+    "grpo": {"token": "token", "sequence": "sequence"},
+    "gspo": {"token": "sequence", "sequence": "sequence"},  # sequence-level by definition
+    "cispo": {"token": "token", "sequence": "sequence"},
+}
 
 
 class LossStats(NamedTuple):
@@ -43,17 +58,40 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
     return (x * mask).sum(dim) / mask.sum(dim).clamp(min=1)
 
 
-def _aggregate(per_token: torch.Tensor, mask: torch.Tensor, agg: str, normalizer: float | None):
+def aggregation(kind: str, agg: str) -> Unit:
+    """The unit ``kind``'s loss is averaged over under ``agg`` (see ``AGGREGATION``)."""
+    if kind not in AGGREGATION:
+        raise ValueError(f"unknown loss {kind!r}; choose from {sorted(AGGREGATION)}")
+    if agg not in AGGREGATION[kind]:
+        raise ValueError(f"agg={agg!r}: use 'token' or 'sequence'")
+    return AGGREGATION[kind][agg]
+
+
+def _count(mask: torch.Tensor, unit: Unit) -> torch.Tensor:
+    """Masked tokens (``token``) or sequences with a masked token (``sequence``): [..., T] -> scalar."""
+    m = mask.to(torch.float32)
+    return m.sum() if unit == "token" else (m.sum(-1) > 0).to(torch.float32).sum()
+
+
+def loss_normalizer(kind: str, agg: str, masks) -> float:
+    """What ``kind``'s summed loss is divided by over a whole step (>= 1).
+
+    ``masks``: the step's action masks, each [T] (one row) or [B, T]. Pass the result as
+    ``normalizer`` to every micro-batch's loss, so the micro-batch losses add up to the loss
+    of the full batch.
+    """
+    unit = aggregation(kind, agg)
+    return max(sum(float(_count(m, unit)) for m in masks), 1.0)
+
+
+def _aggregate(per_token: torch.Tensor, mask: torch.Tensor, unit: Unit, normalizer: float | None):
+    """Sum of ``per_token`` [B, T] in ``unit``s, divided by ``normalizer`` (default: the unit count)."""
+    denom = normalizer if normalizer is not None else _count(mask, unit).clamp(min=1)
     mask = mask.to(per_token.dtype)
-    if agg == "token":
-        denom = normalizer if normalizer is not None else mask.sum().clamp(min=1)
+    if unit == "token":
         return (per_token * mask).sum() / denom
-    if agg == "sequence":
-        seq = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # [B]
-        has = (mask.sum(-1) > 0).to(per_token.dtype)
-        denom = normalizer if normalizer is not None else has.sum().clamp(min=1)
-        return (seq * has).sum() / denom
-    raise ValueError(f"agg={agg!r}: use 'token' or 'sequence'")
+    seq = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # [B]; 0 for empty rows
+    return seq.sum() / denom
 
 
 def _stats(loss, ratio, clipped, logprobs, old_logprobs, mask) -> LossStats:
@@ -82,42 +120,53 @@ def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: to
         if dual_clip <= 1.0:
             raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
         obj = torch.where(adv < 0, torch.max(obj, dual_clip * adv), obj)
-    loss = _aggregate(-obj, mask, agg, normalizer)
+    loss = _aggregate(-obj, mask, aggregation("grpo", agg), normalizer)
     return _stats(loss, ratio, surr2 < surr1, logprobs, old_logprobs, mask)
 
 
 def gspo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
               mask: torch.Tensor, *, clip_low: float = 3e-4, clip_high: float = 4e-4,
-              normalizer: float | None = None, **_unused) -> LossStats:
+              dual_clip: None = None, agg: str = "sequence",
+              normalizer: float | None = None) -> LossStats:
     """GSPO: one importance ratio per sequence, s = exp(mean_t (logp - old_logp)), clipped
-    at sequence level and aggregated per sequence (the paper's clip range is ~3e-4/4e-4).
+    at sequence level and aggregated per sequence whatever ``agg`` says (the paper's clip
+    range is ~3e-4/4e-4). ``dual_clip`` is not part of GSPO and must be None.
 
     logprobs, old_logprobs, mask: [B, T]; advantages: [B].
     """
+    _no_dual_clip("gspo", dual_clip)
     adv = advantages if advantages.dim() == 1 else advantages[:, 0]  # [B]
     m = mask.to(logprobs.dtype)
     seq_log_ratio = ((logprobs - old_logprobs) * m).sum(-1) / m.sum(-1).clamp(min=1)  # [B]
     s = seq_log_ratio.clamp(-20.0, 20.0).exp()[:, None] * m  # [B, T], same value per token
     surr1 = s * adv[:, None]
     surr2 = s.clamp(1 - clip_low, 1 + clip_high) * adv[:, None]
-    loss = _aggregate(-torch.min(surr1, surr2), mask, "sequence", normalizer)
+    loss = _aggregate(-torch.min(surr1, surr2), mask, aggregation("gspo", agg), normalizer)
     return _stats(loss, s, surr2 < surr1, logprobs, old_logprobs, mask)
 
 
 def cispo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                mask: torch.Tensor, *, clip_low: float | None = None, clip_high: float = 0.28,
-               agg: str = "token", normalizer: float | None = None, **_unused) -> LossStats:
+               dual_clip: None = None, agg: str = "token",
+               normalizer: float | None = None) -> LossStats:
     """CISPO: clip the importance weight, not the update; every token keeps a gradient.
 
     per token: -sg(clip(r, 1-clip_low, 1+clip_high)) · A · logp  (``clip_low=None``: no lower
-    bound, as in MiniMax-M1). logprobs, old_logprobs, mask: [B, T]; advantages: [B] or [B, T].
+    bound, as in MiniMax-M1). ``dual_clip`` bounds a PPO surrogate CISPO does not have: None.
+    logprobs, old_logprobs, mask: [B, T]; advantages: [B] or [B, T].
     """
+    _no_dual_clip("cispo", dual_clip)
     adv = advantages[:, None] if advantages.dim() == 1 else advantages
     ratio = (logprobs - old_logprobs).clamp(-20.0, 20.0).exp()  # [B, T]
     lo = 0.0 if clip_low is None else 1 - clip_low
     w = ratio.clamp(lo, 1 + clip_high).detach()
-    loss = _aggregate(-w * adv * logprobs, mask, agg, normalizer)
+    loss = _aggregate(-w * adv * logprobs, mask, aggregation("cispo", agg), normalizer)
     return _stats(loss, ratio, (ratio > 1 + clip_high) | (ratio < lo), logprobs, old_logprobs, mask)
+
+
+def _no_dual_clip(kind: str, dual_clip) -> None:
+    if dual_clip is not None:
+        raise ValueError(f"dual_clip={dual_clip} is used only by loss=grpo, not {kind}: unset it")
 
 
 _LOSSES = {"grpo": grpo_loss, "gspo": gspo_loss, "cispo": cispo_loss}

@@ -68,10 +68,10 @@ def build_optimizer(cfg: TrainConfig, model, lr: float | None = None, warmup: in
 def build_backend(cfg: TrainConfig, model, tok):
     """The generation backend named by ``generation.backend``."""
     if cfg.generation.backend == "hf":
-        from agentsearch.trainer.generation.hf import HFBackend
+        from agentsearch.rollout.hf import HFBackend
 
         return HFBackend(model, tok)
-    from agentsearch.trainer.generation.vllm import VLLMBackend
+    from agentsearch.rollout.vllm import VLLMBackend
 
     device, dtype = resolve_device(cfg)
     return VLLMBackend(model, tok, dtype=str(dtype).replace("torch.", ""),
@@ -104,6 +104,10 @@ class LatencyTool:
     async def __call__(self, **kwargs):
         await asyncio.sleep(self.delay())
         return await self.tool(**kwargs)
+
+    async def aclose(self) -> None:
+        if hasattr(self.tool, "aclose"):
+            await self.tool.aclose()
 
 
 def build_envs(cfg: TrainConfig, count: int, split: str = "train", questions: str | None = None) -> list:
@@ -163,15 +167,17 @@ class TaskSampler:
         self.order = list(s["order"])
 
 
-def preflight(env) -> None:
+def preflight(env, loop=None) -> None:
     """Call the env's search tool once before training, so a dead retriever (server down,
-    bad index) is a clear error at start, not a run of error observations and zero rewards."""
+    bad index) is a clear error at start, not a run of error observations and zero rewards.
+    ``loop``: the run's ``EventLoop`` (else a fresh loop)."""
     tool = getattr(env, "tools", {}).get("search")
     if tool is None:
         return
     inner = getattr(tool, "tool", tool)  # unwrap LatencyTool
     try:
-        asyncio.run(asyncio.wait_for(inner(query="preflight check"), timeout=max(inner.timeout_s, 1.0)))
+        check = asyncio.wait_for(inner(query="preflight check"), timeout=max(inner.timeout_s, 1.0))
+        (asyncio.run if loop is None else loop.run)(check)
     except Exception as e:  # noqa: BLE001 - report whatever the retriever raised
         raise ConfigError(f"search failed at start ({type(e).__name__}: {e}); is the retrieval "
                           "server running / the index folder right? (env_kwargs.index)") from None

@@ -5,8 +5,11 @@ searches for the first entity by name, then (two-hop and comparison questions) f
 second, then answers. It plays through the *real* environment and retriever via
 ``ScriptedBackend``, so its trajectories have exactly the token layout of sampled ones;
 the loss covers policy tokens only (``action_mask``), never prompt or environment text.
-Trajectories whose observations do not contain the answer (retrieval missed) are dropped,
-so the warm start never teaches answering without evidence.
+Trajectories whose observations do not contain the answer the oracle gave (retrieval
+missed) are dropped, so the warm start never teaches answering without evidence. With
+``strategies`` the oracle is a population that differs only in when it stops searching
+(``agentsearch.envs.oracle``): a ``one_search`` agent's answer to a bridge question is wrong,
+but it is copied from what it read.
 """
 
 from __future__ import annotations
@@ -21,8 +24,7 @@ from pathlib import Path
 import torch
 
 from agentsearch.envs.oracle import world_oracle
-from agentsearch.envs.rollout import Episode, rollout
-from agentsearch.trainer.generation.base import SamplingParams, ScriptedBackend
+from agentsearch.rollout import Episode, SamplingParams, ScriptedBackend, rollout
 from agentsearch.trainer.logprobs import token_logprobs
 from agentsearch.trainer.losses import sft_loss
 from agentsearch.trainer.update import Row, pad_rows
@@ -31,21 +33,27 @@ __all__ = ["oracle_episodes", "sft_train", "warm_start"]
 
 
 def _evidence_ok(ep: Episode, tok) -> bool:
-    """The golden answer appears in what the environment showed the agent."""
+    """The episode ended in an answer that appears in what the environment showed the agent."""
+    answer = str(ep.info.get("answer") or "").strip()
+    if not ep.terminated or not answer:
+        return False
     env_ids = [t for t, m in zip(ep.token_ids[ep.prompt_len:], ep.action_mask[ep.prompt_len:]) if not m]
-    seen = tok.decode(env_ids)
-    return any(a in seen for a in ep.info.get("golden_answers", []))
+    return answer in tok.decode(env_ids)
 
 
 def oracle_episodes(envs, tok, *, world_seed: int = 0, world_entities: int | None = None,
                     count: int = 2000, turn_format: str = "tags", think: bool = False,
                     noise: float = 0.0, seed: int = 0, max_turns: int = 4,
-                    max_seq_len: int = 1024) -> list[Episode]:
-    """Play the oracle on ``count`` shuffled train questions through ``envs`` (one batch of
-    ``len(envs)`` episodes at a time); keep the evidence-backed trajectories."""
+                    max_seq_len: int = 1024, strategies: dict[str, float] | None = None,
+                    question_types=None) -> list[Episode]:
+    """Play the oracle (a population when ``strategies`` is given) on ``count`` shuffled
+    train questions (of ``question_types``, None = all) through ``envs``, one batch of
+    ``len(envs)`` episodes at a time; keep the evidence-backed trajectories."""
     tasks, policy = world_oracle("train", seed=world_seed, entities=world_entities,
                                  turn_format=turn_format, eos=tok.eos_token or "", think=think,
-                                 noise=noise)
+                                 noise=noise, policy_seed=seed, strategies=strategies)
+    if question_types is not None:
+        tasks = [t for t in tasks if t.get("type") in set(question_types)]
     random.Random(seed).shuffle(tasks)
     backend = ScriptedBackend(tok, policy)
     params = SamplingParams(max_new_tokens=256, temperature=1.0)
@@ -54,7 +62,7 @@ def oracle_episodes(envs, tok, *, world_seed: int = 0, world_entities: int | Non
         chunk = tasks[s:min(s + len(envs), count)]
         eps, _ = rollout(envs[:len(chunk)], chunk, backend, params, max_turns=max_turns,
                          max_seq_len=max_seq_len, seed=seed + s)
-        kept += [e for e in eps if e.answer_correct and _evidence_ok(e, tok)]
+        kept += [e for e in eps if _evidence_ok(e, tok)]
     return kept
 
 
@@ -93,7 +101,7 @@ def sft_train(model, episodes: list[Episode], *, steps: int, lr: float, batch_si
 
 
 # bump when pretraining's data or procedure changes, so stale cached bases are not reused
-_PRETRAIN_VERSION = 1
+_PRETRAIN_VERSION = 2
 
 
 def _pretrain_cache_path(cfg) -> Path:
@@ -105,9 +113,10 @@ def _pretrain_cache_path(cfg) -> Path:
     fields = dict(version=_PRETRAIN_VERSION, model=cfg.model, init_from=cfg.init_from, seed=cfg.seed,
                   lora=dataclasses.asdict(cfg.lora), dtype=cfg.dtype, env=cfg.env,
                   env_kwargs=cfg.env_kwargs, max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len,
-                  steps=s.pretrain_steps, world=s.pretrain_world_seed, episodes=s.pretrain_episodes,
-                  lr=s.pretrain_lr or s.lr, batch_size=s.pretrain_batch_size or s.batch_size,
-                  noise=s.noise, think=s.think)
+                  steps=s.pretrain_steps, world=s.pretrain_world_seed, worlds=s.pretrain_worlds,
+                  episodes=s.pretrain_episodes, lr=s.pretrain_lr or s.lr,
+                  batch_size=s.pretrain_batch_size or s.batch_size, noise=s.noise, think=s.think,
+                  strategies=s.pretrain_strategies or s.strategies)
     key = hashlib.sha1(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return cache_dir() / "pretrained" / f"{cfg.model}-{key}"
 
@@ -127,18 +136,35 @@ def _save_pretrained(model, metrics: dict[str, float], folder: Path) -> None:
     publish_dir(tmp, folder)
 
 
+def _progress(stage: str, steps: int, every: int):
+    """A ``log(step, loss)`` callback printing one line every ``every`` steps (plain lines,
+    so a log file shows progress too)."""
+    import time
+
+    t0 = time.perf_counter()
+
+    def log(step: int, loss: float) -> None:
+        if every and ((step + 1) % every == 0 or step + 1 == steps):
+            el = time.perf_counter() - t0
+            eta = el / (step + 1) * (steps - step - 1)
+            print(f"[{stage}] step {step + 1}/{steps} loss {loss:.4f} ({el:.0f} s, ~{eta:.0f} s left)",
+                  flush=True)
+    return log
+
+
 def warm_start(cfg, model, tok, envs) -> dict[str, float]:
     """The ``sft`` section of a ``TrainConfig``, in two stages.
 
     1. ``pretrain_steps`` (tiny models start from random weights): causal-LM training on
-       *every* token of oracle transcripts from a disjoint world (``pretrain_world_seed``:
-       other entities, other facts), standing in for the pretraining a real LLM brings:
-       the language of articles and questions, and copying names from context. No fact of
-       the training world is seen, so answers still have to come from search. The result
-       is cached (``sft.pretrain_cache``) like a downloaded base model: a rerun with the
-       same settings loads it instead of pretraining again.
+       *every* token of oracle transcripts from ``pretrain_worlds`` disjoint worlds (seeds
+       from ``pretrain_world_seed``: other entities, other facts), standing in for the
+       pretraining a real LLM brings: the language of articles and questions, and copying
+       names from context. No fact of the training world is seen, so answers still have to
+       come from search. The result is cached (``sft.pretrain_cache``) like a downloaded
+       base model: a rerun with the same settings loads it instead of pretraining again.
     2. ``steps`` of SFT on the oracle's trajectories in the training world, loss on policy
        tokens only (prompt and environment tokens masked).
+    Both stages imitate the oracle population of ``pretrain_strategies`` / ``strategies``.
     Needs the synthetic world (the oracle reads the questions' gold chains).
     """
     from agentsearch.config import ConfigError
@@ -151,12 +177,15 @@ def warm_start(cfg, model, tok, envs) -> dict[str, float]:
                           "(its oracle reads the questions' gold chains); set sft.steps=0")
     s = cfg.sft
     common = dict(turn_format=kw.get("turn_format", "tags"), think=s.think, noise=s.noise,
-                  seed=cfg.seed, max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len)
+                  seed=cfg.seed, max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len,
+                  question_types=kw.get("question_types"))
     out: dict[str, float] = {}
     if s.pretrain_steps > 0:
-        if s.pretrain_world_seed == kw.get("world_seed", 0):
-            raise ConfigError("sft.pretrain_world_seed must differ from env_kwargs.world_seed: "
-                              "pretraining must not see the training world's facts")
+        seeds = [s.pretrain_world_seed + i for i in range(s.pretrain_worlds)]
+        if kw.get("world_seed", 0) in seeds:
+            raise ConfigError("sft.pretrain_world_seed (and the pretrain_worlds after it) must not "
+                              "include env_kwargs.world_seed: pretraining must not see the training "
+                              "world's facts")
         cached = _pretrain_cache_path(cfg) if s.pretrain_cache else None
         if cached is not None and (cached / "model.safetensors").exists():
             from safetensors.torch import load_file
@@ -165,18 +194,26 @@ def warm_start(cfg, model, tok, envs) -> dict[str, float]:
             out.update(json.loads((cached / "metrics.json").read_text()))
             out["sft/pretrain_cached"] = 1.0
         else:
-            other = dataclasses.replace(cfg, env_kwargs={**kw, "world_seed": s.pretrain_world_seed})
-            eps = oracle_episodes(build_envs(other, len(envs)), tok, world_seed=s.pretrain_world_seed,
-                                  world_entities=kw.get("world_entities"), count=s.pretrain_episodes,
-                                  **common)
-            res = sft_train(model, eps, steps=s.pretrain_steps, lr=s.pretrain_lr or s.lr,
-                            batch_size=s.pretrain_batch_size or s.batch_size, seed=cfg.seed, all_tokens=True)
+            eps: list[Episode] = []
+            for w in seeds:
+                other = dataclasses.replace(cfg, env_kwargs={**kw, "world_seed": w})
+                eps += oracle_episodes(build_envs(other, len(envs)), tok, world_seed=w,
+                                       world_entities=kw.get("world_entities"), count=s.pretrain_episodes,
+                                       **{**common, "strategies": s.pretrain_strategies or s.strategies})
+                if s.log_every:
+                    print(f"[pretrain] world {w}: {len(eps)} transcripts so far", flush=True)
+            steps = s.pretrain_steps
+            res = sft_train(model, eps, steps=steps, lr=s.pretrain_lr or s.lr,
+                            batch_size=s.pretrain_batch_size or s.batch_size, seed=cfg.seed, all_tokens=True,
+                            log=_progress("pretrain", steps, s.log_every))
             out.update({"sft/pretrain_loss": res["sft/loss"], "sft/pretrain_episodes": res["sft/episodes"]})
             if cached is not None:
                 _save_pretrained(model, out, cached)
             out["sft/pretrain_cached"] = 0.0
     if s.steps > 0:
         eps = oracle_episodes(envs, tok, world_seed=kw.get("world_seed", 0),
-                              world_entities=kw.get("world_entities"), count=s.episodes, **common)
-        out.update(sft_train(model, eps, steps=s.steps, lr=s.lr, batch_size=s.batch_size, seed=cfg.seed))
+                              world_entities=kw.get("world_entities"), count=s.episodes,
+                              **{**common, "strategies": s.strategies})
+        out.update(sft_train(model, eps, steps=s.steps, lr=s.lr, batch_size=s.batch_size, seed=cfg.seed,
+                             log=_progress("sft", s.steps, s.log_every)))
     return out

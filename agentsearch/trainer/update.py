@@ -2,9 +2,12 @@
 
 Rows of all groups are flattened, sorted by length (less padding), and cut into
 micro-batches of ``micro_batch_size`` rows. Each micro-batch's loss is normalised by the
-*whole step's* token (or sequence) count, so accumulating the micro-batch gradients gives
-exactly the gradient of the full-batch loss. A non-finite loss or gradient skips the
-optimizer step (weights unchanged), and the skip is logged and counted.
+*whole step's* token (or sequence) count (``losses.loss_normalizer``: which one depends on
+the loss and ``agg``), and the KL term by the step's token count, so accumulating the
+micro-batch gradients gives exactly the gradient of the full-batch loss. A non-finite loss
+or gradient skips the optimizer step (weights unchanged), and the skip is logged and
+counted. A step without signal (every row's advantage is 0 and no KL term) is skipped
+before any forward pass: Adam's momentum would otherwise move the weights on nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import torch
 
 from agentsearch.replay import ReplayGroup
 from agentsearch.trainer.logprobs import token_logprobs
-from agentsearch.trainer.losses import kl_penalty, policy_loss
+from agentsearch.trainer.losses import kl_penalty, loss_normalizer, policy_loss
 
 __all__ = ["Row", "rows_of", "pad_rows", "policy_update"]
 
@@ -59,22 +62,34 @@ def pad_rows(rows: Sequence[Row], device) -> dict[str, torch.Tensor]:
     return {k: v.to(device) for k, v in dict(ids=ids, attn=attn, mask=mask, old=old, adv=adv).items()}
 
 
+def has_signal(rows: Sequence[Row], kl_on: bool) -> bool:
+    """Whether a step on ``rows`` has a gradient: a nonzero advantage on a row with policy
+    tokens, or a KL term (which pulls toward the reference whatever the advantages)."""
+    return kl_on or any(r.adv != 0.0 and bool(r.mask.any()) for r in rows)
+
+
 def policy_update(model, optimizer, scheduler, rows: Sequence[Row], cfg, *,
                   ref_logprobs_fn: Callable | None = None) -> dict[str, float]:
     """Accumulate the policy loss over micro-batches and take one optimizer step.
 
     ``cfg`` is a ``TrainConfig`` (loss kind, clips, aggregation, micro_batch_size, kl, grad_clip).
-    ``ref_logprobs_fn(ids, attn) -> [B, T]`` gives reference logprobs for the KL term.
-    Returns ``train/*`` metrics; ``train/skipped`` is 1 when the step was skipped.
+    ``ref_logprobs_fn(ids, attn, mask) -> [B, T]`` gives reference logprobs for the KL term.
+    Returns ``train/*`` metrics; ``train/skipped`` is 1 when the step was skipped, and
+    ``train/skipped_no_signal`` is 1 when that was for lack of signal (no rows, or every
+    advantage 0 without a KL term): then neither the optimizer nor the scheduler steps.
     """
     device = next(model.parameters()).device
     model.train()
     optimizer.zero_grad(set_to_none=True)
+    kl_on = cfg.kl_coef > 0 and ref_logprobs_fn is not None
     if not rows:
-        return {"train/skipped": 1.0, "train/empty_batch": 1.0}
+        return {"train/skipped": 1.0, "train/empty_batch": 1.0, "train/skipped_no_signal": 1.0}
+    if not has_signal(rows, kl_on):
+        return {"train/skipped": 1.0, "train/skipped_no_signal": 1.0, "train/nonfinite": 0.0,
+                "train/rows": float(len(rows))}
     rows = sorted(rows, key=lambda r: len(r.ids))
     n_tokens = float(sum(int(r.mask.sum()) for r in rows))
-    normalizer = n_tokens if cfg.agg == "token" else float(len(rows))
+    normalizer = loss_normalizer(cfg.loss, cfg.agg, [r.mask for r in rows])
     sums = {"loss": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "ratio_mean": 0.0, "kl_ref": 0.0}
     finite = True
     for s in range(0, len(rows), cfg.micro_batch_size):
@@ -87,12 +102,12 @@ def policy_update(model, optimizer, scheduler, rows: Sequence[Row], cfg, *,
                             normalizer=normalizer)
         loss = stats.loss
         weight = float(mb["mask"].sum()) / max(n_tokens, 1.0)  # this micro-batch's share of tokens
-        if cfg.kl_coef > 0 and ref_logprobs_fn is not None:
+        if kl_on:
             with torch.no_grad():
                 ref = ref_logprobs_fn(mb["ids"], mb["attn"], mb["mask"])
             kl = kl_penalty(lp, ref, mb["mask"], cfg.kl_kind)
             loss = loss + cfg.kl_coef * kl * weight
-            sums["kl_ref"] += float(kl) * weight
+            sums["kl_ref"] += float(kl.detach()) * weight
         if not torch.isfinite(loss):
             finite = False
             break
@@ -105,13 +120,14 @@ def policy_update(model, optimizer, scheduler, rows: Sequence[Row], cfg, *,
     if not finite or not math.isfinite(grad_norm):
         optimizer.zero_grad(set_to_none=True)
         return {"train/skipped": 1.0, "train/nonfinite": 1.0, "train/grad_norm": grad_norm,
-                "train/rows": float(len(rows))}
+                "train/rows": float(len(rows)), "train/skipped_no_signal": 0.0}
     optimizer.step()
     if scheduler is not None:
         scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     out = {f"train/{k}": v for k, v in sums.items()}
-    out.update({"train/skipped": 0.0, "train/nonfinite": 0.0, "train/grad_norm": grad_norm,
+    out.update({"train/skipped": 0.0, "train/nonfinite": 0.0, "train/skipped_no_signal": 0.0,
+                "train/grad_norm": grad_norm,
                 "train/rows": float(len(rows)), "train/tokens": n_tokens,
                 "train/replayed_rows": float(sum(r.replayed for r in rows)),
                 "train/lr": optimizer.param_groups[0]["lr"]})

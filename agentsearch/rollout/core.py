@@ -15,20 +15,32 @@ a turn's tokens is what the env parses.
 An episode ends when its env terminates or truncates, after ``max_turns`` turns (a
 rollout-level cap on top of the env's own), or when the next tokens would pass
 ``max_seq_len`` (generation is cut there, an observation that does not fit is dropped;
-``truncated=True``, ``info["truncated_by"]="max_seq_len"``).
+``truncated=True``, ``info["truncated_by"]="max_seq_len"``). A prompt that does not leave
+room for one generated token under ``max_seq_len`` is a ``ValueError``, never cut.
+
+Rewards: an episode's ``reward`` is the sum of the rewards its ``step`` calls returned. A
+step's ``reward/*`` info keys, when present, are its components and must sum to that
+reward; a step without them (a user env that only returns a reward) counts it as
+``reward/env``.
+
+Event loops: ``rollout`` runs on a fresh loop per call unless given ``loop=`` (an
+``EventLoop``); a training run passes one for the whole run, so loop-bound clients (the
+remote retriever's HTTP connection pool) are made once and closed at the end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from agentsearch.envs.core import TextEnv, observation_text
-from agentsearch.trainer.generation.base import GenerationBackend, SamplingParams
+from agentsearch.rollout.backends import GenerationBackend, SamplingParams
+from agentsearch.rollout.events import EventLoop
 
-__all__ = ["Episode", "RolloutStats", "rollout", "arollout"]
+__all__ = ["Episode", "RolloutStats", "rollout", "arollout", "EventLoop"]
 
 
 @dataclass
@@ -45,7 +57,8 @@ class Episode:
     """The backend's logprob where ``action_mask`` is 1, 0.0 elsewhere."""
     prompt_len: int
     reward: float
-    """Total reward: the sum of ``reward_components``."""
+    """Total reward: the sum of the rewards ``step`` returned (= the sum of
+    ``reward_components``)."""
     reward_components: dict[str, float]
     answer_correct: bool | None
     terminated: bool
@@ -105,6 +118,7 @@ class _Run:
     prompt_len: int
     info: dict
     rewards: dict[str, float] = field(default_factory=dict)
+    reward: float = 0.0
     turns: int = 0
     done: bool = False
     terminated: bool = False
@@ -162,7 +176,9 @@ async def arollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | 
     for r, ids in zip(runs, prompt_ids):
         r.ids, r.mask, r.logprobs, r.prompt_len = list(ids), [0] * len(ids), [0.0] * len(ids), len(ids)
         if max_seq_len is not None and len(ids) >= max_seq_len:
-            _truncate(r, "max_seq_len")
+            raise ValueError(f"the prompt of task {_task_id(r)!r} has {len(ids)} tokens, which leaves "
+                             f"no room for a response under max_seq_len={max_seq_len}; raise "
+                             "max_seq_len or shorten the prompt (it is never cut)")
     stop = _stop_strings(params, envs)
     turn = 0
     while active := [r for r in runs if not r.done]:
@@ -230,13 +246,30 @@ async def arollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | 
     return episodes, stats
 
 
+def _task_id(r: _Run) -> str:
+    return str(r.task.get("id", r.info.get("task_id", "")))
+
+
 async def _step(r: _Run, action: str):
     t0 = time.perf_counter()
-    obs, reward, terminated, truncated, info = await r.env.astep(action)
+    env_cls = type(r.env)
+    if isinstance(r.env, TextEnv) and env_cls.step is not TextEnv.step and env_cls.astep is TextEnv.astep:
+        out = r.env.step(action)  # a user env that overrides only the synchronous ``step``
+    else:
+        out = await r.env.astep(action)
+    obs, reward, terminated, truncated, info = out
     env_s = time.perf_counter() - t0
-    for key, value in info.items():
-        if key.startswith("reward/"):
-            r.rewards[key] = r.rewards.get(key, 0.0) + float(value)
+    reward = float(reward)
+    comps = {k: float(v) for k, v in info.items() if k.startswith("reward/")}
+    if not comps:
+        comps = {"reward/env": reward}
+    elif not math.isclose(sum(comps.values()), reward, rel_tol=1e-6, abs_tol=1e-6):
+        raise ValueError(f"{env_cls.__name__}.step returned reward {reward!r} but its info's reward "
+                         f"components {comps} sum to {sum(comps.values())!r} (task {_task_id(r)!r}); "
+                         "they must agree (or put no reward/* keys in info)")
+    r.reward += reward
+    for key, value in comps.items():
+        r.rewards[key] = r.rewards.get(key, 0.0) + value
     turn = r.info["turns"][-1]
     turn.update(tool=info.get("tool"), tool_latency_s=info.get("tool_latency_s", 0.0),
                 error=info.get("error"), env_s=env_s)
@@ -267,9 +300,9 @@ def _finish(r: _Run, stats: RolloutStats) -> Episode:
     stats.malformed_turns += r.info["malformed_turns"]
     stats.truncated += int(r.truncated)
     comps = {"reward/answer": 0.0, "reward/format": 0.0, **r.rewards}
-    return Episode(task_id=str(r.task.get("id", r.info.get("task_id", ""))), token_ids=r.ids,
+    return Episode(task_id=_task_id(r), token_ids=r.ids,
                    action_mask=r.mask, gen_logprobs=r.logprobs, prompt_len=r.prompt_len,
-                   reward=float(sum(comps.values())), reward_components=comps,
+                   reward=r.reward, reward_components=comps,
                    answer_correct=r.answer_correct, terminated=r.terminated,
                    truncated=r.truncated, num_turns=r.turns, info=r.info)
 
@@ -277,7 +310,8 @@ def _finish(r: _Run, stats: RolloutStats) -> Episode:
 def rollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | str, tasks: list[dict],
             backend: GenerationBackend, params: SamplingParams, *, n_per_task: int = 1,
             max_turns: int | None = None, seed: int | None = None,
-            max_seq_len: int | None = None) -> tuple[list[Episode], RolloutStats]:
+            max_seq_len: int | None = None,
+            loop: EventLoop | None = None) -> tuple[list[Episode], RolloutStats]:
     """Play ``len(tasks) * n_per_task`` episodes; episode ``i`` plays ``tasks[i // n_per_task]``.
 
     ``envs_or_factory``: a list of env instances (one per episode, reused across calls), a
@@ -285,11 +319,14 @@ def rollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | str, ta
     gets ``seed + i``); ``params.seed`` seeds generation (turn ``t`` uses ``seed + 1000 t``).
     Returns the episodes in task-major order (``n_per_task`` consecutive episodes per task)
     and a ``RolloutStats``. Inside a running event loop use ``await arollout(...)``.
+    ``loop``: an ``EventLoop`` to run on (a training run passes one for all its rollouts);
+    without it each call runs on a fresh loop (``asyncio.run``).
     """
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(arollout(envs_or_factory, tasks, backend, params, n_per_task=n_per_task,
-                                    max_turns=max_turns, seed=seed, max_seq_len=max_seq_len))
+        coro = arollout(envs_or_factory, tasks, backend, params, n_per_task=n_per_task,
+                        max_turns=max_turns, seed=seed, max_seq_len=max_seq_len)
+        return asyncio.run(coro) if loop is None else loop.run(coro)
     raise RuntimeError("rollout() was called inside a running event loop; use "
                        "`await arollout(...)` there")

@@ -1,0 +1,128 @@
+"""``agentsearch check-env [IDS...]``: Gymnasium's ``check_env`` plus agentsearch's own checks.
+
+For every id (default: every registered ``agentsearch/*`` id), both turn formats and the
+env's ``check_variants`` (e.g. Math with its calculator and python tools):
+
+1. ``gymnasium.utils.env_checker.check_env`` on the unwrapped env (spaces, seeding,
+   step determinism, data not shared between calls, render, close);
+2-6. the env contract checks of ``agentsearch.envs.checker.check_text_env`` (seeded
+   resets, ``options={"task": row}``, a correct answer, a malformed turn, reward
+   components, truncation after ``max_turns``);
+7. a scripted rollout through the real tokenizer (``check_rollout_masks``): the action
+   mask is 1 exactly on the policy's tokens, whose text is the policy's text, and the
+   0-runs decode to exactly the prompt and the observations; generation logprobs are 0
+   where the mask is 0.
+
+It lives here, not in ``agentsearch.envs``, because check 7 runs a rollout: the rollout
+layer imports envs, never the other way round.
+
+Each failure says what broke; the exit status is the number of failed ids (0 = all passed).
+"""
+
+from __future__ import annotations
+
+import traceback
+import warnings
+
+from agentsearch.envs.checker import _answer_action, _check, _probe_action, check_text_env
+from agentsearch.rollout.backends import SamplingParams, ScriptedBackend
+from agentsearch.rollout.core import rollout
+
+__all__ = ["check_text_env", "check_rollout_masks", "main"]
+
+
+def check_rollout_masks(env_factory, tokenizer=None) -> None:
+    """Scripted rollout: masks and token text agree with the policy and env text exactly."""
+    if tokenizer is None:
+        from agentsearch.models import load_tokenizer
+
+        tokenizer = load_tokenizer("tiny")
+    env = env_factory()
+    task = dict(env.tasks[0])
+    env.reset(options={"task": task})
+    turns = [_probe_action(env, n) for n in env.tools] + ["not an action"]
+    turns.append(_answer_action(env, str(task["golden_answers"][0])))
+    policy_texts, env_texts = [], []
+
+    def policy(conversation: str) -> str:
+        text = turns[len(policy_texts)]
+        policy_texts.append(text)
+        return text
+
+    def recording_factory():
+        e = env_factory()
+        real_reset, real_astep = e.reset, e.astep
+
+        def reset(**kw):
+            obs, info = real_reset(**kw)
+            env_texts.append(obs)
+            return obs, info
+
+        async def astep(action):
+            out = await real_astep(action)
+            if not (out[2] or out[3]):
+                env_texts.append(out[0])
+            return out
+
+        e.reset, e.astep = reset, astep
+        return e
+
+    backend = ScriptedBackend(tokenizer, policy)
+    episodes, _ = rollout(recording_factory, [task], backend, SamplingParams(max_new_tokens=4096))
+    ep = episodes[0]
+    _check(len(ep.token_ids) == len(ep.action_mask) == len(ep.gen_logprobs), "length mismatch")
+    _check(all(lp == 0.0 for lp, m in zip(ep.gen_logprobs, ep.action_mask) if m == 0),
+           "gen_logprobs must be 0.0 where action_mask is 0")
+    runs: list[tuple[int, list[int]]] = []
+    for t, m in zip(ep.token_ids, ep.action_mask):
+        if runs and runs[-1][0] == m:
+            runs[-1][1].append(t)
+        else:
+            runs.append((m, [t]))
+    env_runs = [tokenizer.decode(ids, skip_special_tokens=False) for m, ids in runs if m == 0]
+    pol_runs = [tokenizer.decode(ids, skip_special_tokens=False) for m, ids in runs if m == 1]
+    _check(env_runs == [t for t in env_texts if t], f"mask-0 text != prompt + observations:\n"
+                                                    f"{env_runs!r}\n{env_texts!r}")
+    _check(pol_runs == policy_texts, f"mask-1 text != policy text:\n{pol_runs!r}\n{policy_texts!r}")
+    _check(ep.terminated and ep.answer_correct, f"the scripted episode did not succeed: {ep.info}")
+
+
+def main(a) -> int:
+    import gymnasium
+    from gymnasium.utils.env_checker import check_env
+
+    import agentsearch.envs  # noqa: F401 - registers the ids
+
+    ids = list(getattr(a, "ids", None) or [i for i in gymnasium.registry if i.startswith("agentsearch/")])
+    failed = 0
+    for env_id in ids:
+        if env_id not in gymnasium.registry:
+            print(f"FAIL {env_id}: not registered (known: "
+                  f"{sorted(i for i in gymnasium.registry if i.startswith('agentsearch/'))})")
+            failed += 1
+            continue
+        ok = True
+        variants = getattr(gymnasium.spec(env_id).make().unwrapped, "check_variants", ({},))
+        for fmt in ("tags", "json"):
+            for variant in variants:
+                kw = {"turn_format": fmt, **variant}
+                label = ", ".join(f"{k}={v}" for k, v in kw.items())
+                try:
+                    with warnings.catch_warnings(record=True) as caught:
+                        warnings.simplefilter("always")
+                        env = gymnasium.make(env_id, **kw)
+                        check_env(env.unwrapped)
+                        env.close()
+                    notes = sorted({str(w.message).strip() for w in caught
+                                    if "gymnasium" in str(w.filename) or "WARN" in str(w.message)})
+                    passed = check_text_env(gymnasium.make(env_id, **kw).unwrapped)
+                    check_rollout_masks(lambda i=env_id, k=kw: gymnasium.make(i, **k).unwrapped)
+                    print(f"ok   {env_id} [{label}]: check_env, {', '.join(passed)}, rollout-masks")
+                    for n in notes:
+                        print(f"     warning: {n}")
+                except Exception as e:  # noqa: BLE001 - report every env, then fail
+                    ok = False
+                    print(f"FAIL {env_id} [{label}]: {type(e).__name__}: {e}")
+                    print(traceback.format_exc(limit=3))
+        failed += not ok
+    return failed

@@ -1,0 +1,139 @@
+"""Does RL visibly improve the search agent? The demo's setting over seeds and replay kinds.
+
+For each seed and replay kind, trains the ``tiny`` preset (RL from the shipped base
+``tiny-base``) into ``OUT/<kind>-s<seed>`` (skipped when finished: resumable), then evaluates
+the trained model and the base, greedy, on the dev split (from the runs' own evals), the
+test split, and a world seed neither has seen (``--unseen-world``), and Mean@4 at the
+sampling temperature on dev. Runs go ``--parallel`` at a time with one torch thread each.
+Prints one JSON line; ``OUT/pareto.png`` plots dev EM vs training wall-clock for all runs.
+
+    python scripts/bench_learning.py                          # seeds 0 1 2, hdr and none
+    python scripts/bench_learning.py --seeds 0 --kinds hdr steps=60
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from agentsearch.trainer.metrics import read_metrics
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+       "PYTHONWARNINGS": "ignore", "HF_HUB_OFFLINE": "1"}
+
+
+def _cli(*args: str) -> str:
+    """Run ``agentsearch ARGS`` in a subprocess; its stdout (stderr goes to our stderr)."""
+    res = subprocess.run([sys.executable, "-m", "agentsearch", *args], env=ENV, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"agentsearch {' '.join(args)} failed ({res.returncode})")
+    return res.stdout
+
+
+def _eval(*args: str) -> dict:
+    out = _cli("eval", *args)
+    return json.loads(out[out.index("{"):])
+
+
+def _finished(run: Path) -> bool:
+    try:
+        return (run / "final").exists() and (run / "metrics.jsonl").exists()
+    except OSError:
+        return False
+
+
+def one_run(out: Path, kind: str, seed: int, extra: list[str], unseen: int) -> dict:
+    run = out / f"{kind}-s{seed}"
+    t0 = time.perf_counter()
+    if not _finished(run):
+        if run.exists():
+            _cli("train", "--resume", str(run), "threads=1")
+        else:
+            _cli("train", "--preset", "tiny", "--out", str(run), f"seed={seed}", f"replay={kind}",
+                 "threads=1", "tensorboard=false", *extra)
+    recs = [r for r in read_metrics(run) if "eval/mean_at_n" in r]
+    first, last = recs[0], recs[-1]
+    res = {"run": str(run), "kind": kind, "seed": seed, "dev_before": first["eval/mean_at_n"],
+           "dev_after": last["eval/mean_at_n"], "train_seconds": last["time/train_cumulative"],
+           "by_type": {t: {k: (first.get(f"eval/{t}/{k}"), last.get(f"eval/{t}/{k}"))
+                           for k in ("mean_at_n", "searches", "one_search_answer", "no_search_answer")}
+                       for t in ("single", "bridge")}}
+    cache = run / "bench_evals.json"
+    if cache.exists():
+        res.update(json.loads(cache.read_text()))
+    else:
+        ev = {"test_after": _eval("--run", str(run), "--split", "test", "threads=1")["eval/mean_at_n"],
+              "unseen_after": _eval("--run", str(run), f"env_kwargs.world_seed={unseen}",
+                                    "threads=1")["eval/mean_at_n"],
+              "mean_at_4_after": _eval("--run", str(run), "--n", "4", "threads=1")["eval/mean_at_n"]}
+        cache.write_text(json.dumps(ev))
+        res.update(ev)
+    res["wall_s"] = time.perf_counter() - t0
+    print(f"[bench_learning] {kind} seed {seed}: dev {res['dev_before']:.3f} -> {res['dev_after']:.3f}",
+          file=sys.stderr, flush=True)
+    return res
+
+
+def base_evals(out: Path, unseen: int) -> dict:
+    cache = out / "base_evals.json"
+    if cache.exists():
+        return json.loads(cache.read_text())
+    base = ["--preset", "tiny", "--model", "tiny-base", "threads=1"]
+    ev = {"test": _eval(*base, "--split", "test")["eval/mean_at_n"],
+          "unseen": _eval(*base, f"env_kwargs.world_seed={unseen}")["eval/mean_at_n"],
+          "mean_at_4": _eval(*base, "--n", "4")["eval/mean_at_n"]}
+    cache.write_text(json.dumps(ev))
+    return ev
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="runs/bench_learning")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--kinds", nargs="+", default=["hdr", "none"])
+    ap.add_argument("--parallel", type=int, default=2)
+    ap.add_argument("--unseen-world", type=int, default=5000, help="a world seed no model has seen")
+    ap.add_argument("overrides", nargs="*", help="key=value overrides for every training run")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    jobs = [(k, s) for k in a.kinds for s in a.seeds]
+    with ThreadPoolExecutor(a.parallel) as pool:
+        base_f = pool.submit(base_evals, out, a.unseen_world)
+        runs = list(pool.map(lambda ks: one_run(out, ks[0], ks[1], a.overrides, a.unseen_world), jobs))
+        base = base_f.result()
+    subprocess.run([sys.executable, "-m", "agentsearch", "pareto", *[r["run"] for r in runs],
+                    "--out", str(out / "pareto.png")], env=ENV, stdout=subprocess.DEVNULL, check=False)
+    summary = {"bench": "learning", "machine": f"{platform.machine()} {os.cpu_count()} cores",
+               "overrides": a.overrides, "base": base, "wall_s": round(time.perf_counter() - t0, 1)}
+    for kind in a.kinds:
+        rs = [r for r in runs if r["kind"] == kind]
+        gains = [r["dev_after"] - r["dev_before"] for r in rs]
+        summary[kind] = {
+            "seeds": [r["seed"] for r in rs], "dev_before": rs[0]["dev_before"],
+            "dev_after": [round(r["dev_after"], 4) for r in rs],
+            "gain_points": [round(100 * g, 1) for g in gains],
+            "gain_points_mean": round(100 * statistics.mean(gains), 1),
+            "test_after": [round(r["test_after"], 4) for r in rs],
+            "unseen_world_after": [round(r["unseen_after"], 4) for r in rs],
+            "mean_at_4_after": [round(r["mean_at_4_after"], 4) for r in rs],
+            "bridge_searches": [r["by_type"]["bridge"]["searches"] for r in rs],
+            "bridge_one_search_answers": [r["by_type"]["bridge"]["one_search_answer"] for r in rs],
+            "train_seconds": [round(r["train_seconds"], 1) for r in rs],
+        }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""The shipped base ``tiny-base``: it is what ``scripts/build_base.py`` builds from the recipe,
+loads fresh with the dev EM it was built with, and a missing, corrupt or mismatched asset is
+a clear error that names the build script."""
+
+import json
+import shutil
+
+import pytest
+
+from agentsearch.base_model import BASE_DIR, check_base, load_base
+from agentsearch.config import ConfigError
+from agentsearch.trainer.base_build import code_fingerprint, recipe
+
+
+def _build() -> dict:
+    return json.loads((BASE_DIR / "build.json").read_text())
+
+
+def test_shipped_base_matches_the_recipe_and_the_code_that_builds_it():
+    build = _build()
+    assert build["recipe"] == recipe(), ("agentsearch/configs/base-tiny.yaml (or TrainConfig's defaults) changed "
+                                         "since the shipped base was built: run scripts/build_base.py")
+    assert build["code_sha256"] == code_fingerprint(), (
+        "the world, oracle, transcript filter, SFT step or tokenizer changed since the shipped base "
+        "was built: run scripts/build_base.py")
+    assert build["overrides"] == []
+
+
+def test_missing_corrupt_or_foreign_assets_are_clear_errors(tmp_path):
+    base = tmp_path / "base"
+    shutil.copytree(BASE_DIR, base)
+    (base / "model.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(ConfigError, match="does not load.*scripts/build_base.py"):
+        load_base(base)
+    (base / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="model.safetensors.*scripts/build_base.py"):
+        check_base(base)
+    shutil.copy(BASE_DIR / "model.safetensors", base / "model.safetensors")
+    build = _build()
+    build["tokenizer_sha256"] = "0" * 64
+    (base / "build.json").write_text(json.dumps(build))
+    with pytest.raises(ConfigError, match="another tokenizer.*scripts/build_base.py"):
+        check_base(base)
+
+
+@pytest.mark.slow
+def test_the_shipped_base_loaded_fresh_reproduces_its_build_time_dev_em():
+    """Greedy, the same dev questions and settings as at build time (``build.json``)."""
+    import torch
+
+    from agentsearch.rollout.hf import HFBackend
+    from agentsearch.trainer.base_build import _config
+    from agentsearch.trainer.eval import eval_envs, eval_settings, evaluate
+
+    cfg = _config()
+    torch.set_num_threads(cfg.threads)  # as at build time: the reduction order decides near-ties
+    model, tok = load_base()
+    envs, tasks = eval_envs(cfg)
+    res = evaluate(HFBackend(model, tok), envs, tasks, **eval_settings(cfg))
+    built = _build()["eval"]
+    assert res["eval/questions"] == built["eval/questions"] >= 400
+    assert res["eval/mean_at_n"] == pytest.approx(built["eval/mean_at_n"], abs=1e-9)

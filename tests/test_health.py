@@ -1,0 +1,118 @@
+"""HealthMonitor: each alarm starts at exactly its threshold, clears, comes back; state round trip."""
+
+import pytest
+
+from agentsearch.trainer.health import CHECKS, HealthMonitor
+
+# A healthy step, with the keys the loop logs (rollout, groups, train, replay).
+GOOD = {"reward/total": 0.4, "reward/answer": 0.5, "rollout/answer_correct": 0.5,
+        "groups/zero_variance_frac": 0.25, "rollout/tool_calls": 8.0, "rollout/tool_error_rate": 0.0,
+        "train/nonfinite": 0.0, "train/skipped_no_signal": 0.0, "replay/ingress": 2.0,
+        "replay/accepted": 3.0, "replay/buffer_size": 10.0}
+
+BAD = {  # check -> the metrics that make one step bad for it (and only it)
+    "zero_reward": {"reward/total": -0.1, "reward/answer": 0.0, "rollout/answer_correct": 0.0},
+    "zero_variance": {"groups/zero_variance_frac": 1.0},
+    "no_signal": {"train/skipped_no_signal": 1.0},
+    "tool_errors": {"rollout/tool_error_rate": 0.75},
+    "replay_drought": {"replay/accepted": 0.0},
+    "nonfinite": {"train/nonfinite": 1.0},
+}
+
+THRESHOLDS = dict(zero_reward_steps=4, zero_variance_steps=3, no_signal_steps=2, tool_error_streak=3,
+                  drought_steps=5, nonfinite_steps=2)
+THRESHOLD = {"zero_reward": 4, "zero_variance": 3, "no_signal": 2, "tool_errors": 3,
+             "replay_drought": 5, "nonfinite": 2}
+
+
+def _run(mon, steps, start=1):
+    return [mon.update(start + i, m) for i, m in enumerate(steps)]
+
+
+@pytest.mark.parametrize("check", list(CHECKS))
+def test_alarm_starts_at_threshold_clears_and_comes_back(check):
+    mon = HealthMonitor(**THRESHOLDS, replay_kind="hdr")
+    n, key, bad = THRESHOLD[check], CHECKS[check], {**GOOD, **BAD[check]}
+    out = _run(mon, [bad] * (n + 2) + [GOOD] + [bad] * n)
+    counts = [o[key] for o, _ in out]
+    assert counts == [*range(1, n + 3), 0, *range(1, n + 1)]
+    warned = [i for i, (_, w) in enumerate(out) if w]
+    assert warned == [n - 1, 2 * n + 2]  # once when it starts, once when it comes back
+    assert all(len(w) == 1 and "\n" not in w[0] and key in w[0] for _, w in out if w)
+    assert f"at step {n}:" in out[n - 1][1][0]
+    alarms = [o["health/alarms"] for o, _ in out]
+    assert alarms == [0.0] * (n - 1) + [1.0] * 3 + [0.0] + [0.0] * (n - 1) + [1.0]
+    assert all(o[CHECKS[c]] == 0.0 for o, _ in out for c in CHECKS if c != check)
+
+
+def test_healthy_run_reports_every_counter_at_zero():
+    out, warnings = HealthMonitor().update(1, GOOD)
+    assert out == {**{k: 0.0 for k in CHECKS.values()}, "health/alarms": 0.0} and warnings == []
+
+
+def test_replay_kind_none_never_reports_drought():
+    # what replay kind none logs: an always-empty buffer that replays nothing
+    mon = HealthMonitor(drought_steps=1, replay_kind="none")
+    none_step = {**GOOD, "replay/accepted": 0.0, "replay/buffer_size": 0.0, "replay/ingress": 0.0}
+    out = _run(mon, [none_step] * 30)
+    assert all(o["health/replay_drought_steps"] == 0.0 and o["health/alarms"] == 0.0 and not w
+               for o, w in out)
+
+
+def test_empty_buffer_is_a_drought_too():
+    mon = HealthMonitor(drought_steps=2, replay_kind="naive")
+    out = _run(mon, [{**GOOD, "replay/buffer_size": 0.0}] * 2)
+    assert out[1][0]["health/replay_drought_steps"] == 2.0 and "replay/buffer_size=0" in out[1][1][0]
+
+
+def test_missing_keys_leave_counters_unchanged():
+    mon = HealthMonitor(zero_reward_steps=3, replay_kind="hdr")
+    bad = {**GOOD, **BAD["zero_reward"]}
+    _run(mon, [bad, bad])
+    out, warnings = mon.update(3, {})  # e.g. an eval-only record: no evidence either way
+    assert out["health/zero_reward_steps"] == 2.0 and not warnings
+    assert mon.update(4, {"reward/total": float("nan")})[0]["health/zero_reward_steps"] == 2.0
+    out, warnings = mon.update(5, {"reward/total": 0.0})  # reward/total alone suffices
+    assert out["health/zero_reward_steps"] == 3.0 and len(warnings) == 1
+
+
+def test_partial_credit_and_no_tool_calls_are_not_bad():
+    mon = HealthMonitor(zero_reward_steps=1, tool_error_streak=1)
+    f1_only = {**GOOD, "reward/answer": 0.3, "rollout/answer_correct": 0.0}  # token F1, no exact match
+    no_calls = {**GOOD, "rollout/tool_calls": 0.0, "rollout/tool_error_rate": 0.0}
+    for out, warnings in _run(mon, [f1_only, no_calls]):
+        assert out["health/alarms"] == 0.0 and not warnings
+
+
+def test_zero_threshold_counts_but_never_alarms():
+    mon = HealthMonitor(nonfinite_steps=0)
+    out = _run(mon, [{**GOOD, **BAD["nonfinite"]}] * 4)
+    assert out[-1][0]["health/nonfinite_steps"] == 4.0 and out[-1][0]["health/alarms"] == 0.0
+    assert not any(w for _, w in out)
+
+
+def test_state_round_trip_keeps_counters_and_alarms():
+    bad = {**GOOD, **BAD["zero_reward"], **BAD["nonfinite"]}
+    a = HealthMonitor(**THRESHOLDS)
+    _run(a, [bad] * 4)  # zero_reward alarms at 4, nonfinite at 2
+    b = HealthMonitor(**THRESHOLDS)
+    b.load_state_dict(a.state_dict())
+    assert b.state_dict() == a.state_dict() == {
+        "counts": {**dict.fromkeys(CHECKS, 0), "zero_reward": 4, "nonfinite": 4},
+        "active": ["nonfinite", "zero_reward"]}
+    (out_a, warn_a), (out_b, warn_b) = a.update(5, bad), b.update(5, bad)
+    assert out_a == out_b and out_b["health/zero_reward_steps"] == 5.0 and out_b["health/alarms"] == 2.0
+    assert warn_a == warn_b == []  # a resumed run does not warn again about a running alarm
+
+
+def test_load_tolerates_old_or_empty_state():
+    mon = HealthMonitor()
+    mon.load_state_dict({})
+    assert mon.update(1, GOOD)[0]["health/alarms"] == 0.0
+    mon.load_state_dict({"counts": {"zero_reward": 2, "retired_check": 9}, "active": ["retired_check"]})
+    assert mon.state_dict() == {"counts": {**dict.fromkeys(CHECKS, 0), "zero_reward": 2}, "active": []}
+
+
+def test_negative_threshold_is_refused():
+    with pytest.raises(ValueError, match="thresholds"):
+        HealthMonitor(drought_steps=-1)

@@ -1,0 +1,66 @@
+"""A saved model reproduces its own evaluation: the same weights score the same after a save
+and reload (in ``agentsearch eval --run`` and as ``init_from``), with the run's eval settings.
+
+The bug this guards against: transformers 5 reloaded a saved tiny model's tokenizer as
+``Qwen2Tokenizer`` (picked from config.json's model_type), whose pre-tokenizer splits text
+differently from the shipped BPE; the reloaded model then read unfamiliar token sequences and
+lost 6-10 points of dev EM."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentsearch.config import apply_overrides
+from agentsearch.models import load_model, load_tokenizer
+from agentsearch.trainer.checkpoint import save_final
+from agentsearch.trainer.config import TrainConfig
+
+TEXTS = ["Search, then answer. Question: In what year was Ky Stethith born?\n",
+         '\n\n<information>Doc 1(Title: "Ky Stethith") Ky Stethith (born 1887) is a painter.</information>\n\n',
+         " <search> Biagam Company </search>", "Doc 1 's , . 12,000 <answer> 7 </answer>"]
+
+
+def test_a_saved_tokenizer_tokenises_exactly_like_the_original(tmp_path):
+    model, tok = load_model("tiny-s", seed=0)
+    save_final(model, tok, tmp_path)
+    again = load_tokenizer(str(tmp_path))
+    for text in TEXTS:
+        assert again.encode(text) == tok.encode(text), text
+        assert again.decode(tok.encode(text)) == text
+    assert (again.eos_token, again.pad_token, again.chat_template) == (tok.eos_token, tok.pad_token,
+                                                                       tok.chat_template)
+
+
+SMALL = ["steps=0", "threads=1", "tensorboard=false", "eval.limit=40", "prompts_per_step=1",
+         "group_size=2"]
+
+
+def _eval_cli(capsys, *args) -> dict:
+    from agentsearch.cli import main
+
+    capsys.readouterr()
+    assert main(["eval", *args]) == 0
+    out = capsys.readouterr().out
+    return json.loads(out[out.index("{"):])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("settings", [["eval.temperature=0"], ["eval.temperature=0.7", "eval.n=2"]])
+def test_eval_of_the_model_in_memory_equals_eval_after_save_and_reload(tmp_path, capsys, settings):
+    from agentsearch.trainer.loop import train
+
+    run = tmp_path / "run"
+    train(apply_overrides(TrainConfig, "tiny", SMALL + settings), run, quiet=True)  # evals in memory
+    in_memory = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
+    assert in_memory["eval/questions"] == 40 and in_memory["eval/mean_at_n"] > 0.1
+    reloaded = _eval_cli(capsys, "--run", str(run))  # the run's own eval settings, saved weights
+    for key in ("eval/mean_at_n", "eval/best_at_n", "eval/n", "eval/bridge/mean_at_n", "eval/searches"):
+        assert reloaded[key] == in_memory[key], key
+    # and as the starting point of another run
+    again = tmp_path / "again"
+    train(apply_overrides(TrainConfig, "tiny", SMALL + settings + [f"init_from={run / 'final'}"]), again,
+          quiet=True)
+    step0 = json.loads((again / "metrics.jsonl").read_text().splitlines()[0])
+    assert step0["eval/mean_at_n"] == in_memory["eval/mean_at_n"]
+    assert Path(run / "samples" / "step-0.txt").read_text().count("=== ") >= 2
