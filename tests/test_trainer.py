@@ -275,3 +275,103 @@ def _register_every_turn_searches_env():
 
     if "tests/EverySearch-v0" not in gymnasium.registry:
         gymnasium.register("tests/EverySearch-v0", entry_point=_EverySearch)
+
+
+# ------------------------------------------------------------------ HDR's gate, end to end
+@pytest.fixture
+def recording_hdr(monkeypatch):
+    """``replay=tests_recording_hdr``: the real HDR buffer (``HeadroomDriftBuffer``, headroom
+    order, drift gate, registered through ``register_replay``), instrumented. Before each
+    ``select`` it snapshots the candidates in cached-headroom order and recomputes each one's
+    drift with ``policy_drift`` on logprobs from its own ``make_score_fn`` of the live model (one
+    row per batch, unlike the loop's scorer); it records which groups the buffer scored (in
+    order) and what ``select`` returned."""
+    import agentsearch.trainer.loop as loop_mod
+    from agentsearch.replay import (
+        HeadroomDriftBuffer,
+        policy_drift,
+        register_replay,
+        unregister_replay,
+    )
+    from agentsearch.trainer.logprobs import make_score_fn
+
+    live, scans = {}, []
+    real_make_score_fn = loop_mod.make_score_fn
+
+    def spy(model, **kwargs):  # the loop builds its scorer once, on the policy it trains
+        live.update(model=model, temperature=kwargs.get("temperature", 1.0))
+        return real_make_score_fn(model, **kwargs)
+
+    monkeypatch.setattr(loop_mod, "make_score_fn", spy)
+
+    class RecordingHDR(HeadroomDriftBuffer):
+        def select(self, score_fn, step):
+            pool = [g for g, added in zip(self._groups, self._added) if added < step]
+            heads = [g.cached_headroom for g in pool]
+            assert all(h == h for h in heads), "a NaN cached headroom"
+            order = sorted(pool, key=lambda g: -g.cached_headroom)  # stable: ties oldest first
+            own = make_score_fn(live["model"], temperature=live["temperature"], max_batch_tokens=1)
+            drift = [float(policy_drift(lp, g.gen_logprobs, g.action_mask, self.drift_kind))
+                     for g, lp in zip(order, own(order) if order else [])]
+            scored = []
+
+            def recording_score_fn(groups):
+                out = score_fn(groups)
+                scored.extend((id(g), float(policy_drift(lp, g.gen_logprobs, g.action_mask,
+                                                         self.drift_kind)))
+                              for g, lp in zip(groups, out))
+                return out
+
+            sel = super().select(recording_score_fn, step)
+            scans.append({"step": step, "order": [id(g) for g in order],
+                          "headroom": sorted(heads, reverse=True), "drift": drift,
+                          "scored": scored, "accepted": [id(g) for g in sel.accepted],
+                          "scanned": sel.scanned, "stats": dict(sel.stats)})
+            return sel
+
+    register_replay("tests_recording_hdr",
+                    lambda **kw: RecordingHDR(order="headroom", gate=True, name="hdr", **kw))
+    yield scans
+    unregister_replay("tests_recording_hdr")
+
+
+@pytest.mark.slow
+def test_hdr_gate_rejects_and_accepts_the_first_feasible_groups_by_headroom(tmp_path, recording_hdr):
+    # mixed outcomes (parity env) fill the buffer. At lr=1e-4 one update moves a stored group's
+    # drift to ~1e-5..1e-3 and older groups drift further, so a small tau=1e-4 sits inside that
+    # range: the gate rejects some scanned groups and accepts others (at lr=1e-2 it rejects all)
+    _register_parity_env()
+    tau, k_rep, chunk = 1e-4, 2, 2
+    cfg = _cfg("steps=5", "env=tests/ParitySearch-v0", *WARM, "lr=1e-4", "prompts_per_step=3",
+               "replay=tests_recording_hdr", f"replay.tau={tau}", f"replay.k_rep={k_rep}",
+               f"replay.scan_chunk={chunk}", "checkpoint_every=5")
+    assert cfg.replay.kind == "tests_recording_hdr"
+    train(cfg, tmp_path, quiet=True)
+    recs = {r["step"]: r for r in _records(tmp_path)[1:]}
+    scans = [s for s in recording_hdr if s["order"]]
+    assert scans, "groups stored before a step must be scanned"
+    for s in scans:
+        order, drift = s["order"], s["drift"]
+        # the buffer scored exactly the first `scanned` groups in cached-headroom order, and its
+        # drifts are the ones recomputed independently on the same weights
+        assert [gid for gid, _ in s["scored"]] == order[:s["scanned"]]
+        for (_, d_buf), d_own in zip(s["scored"], drift):
+            assert d_buf == pytest.approx(d_own, rel=1e-3, abs=1e-10)
+        # accepted = the first k_rep groups in that order whose drift <= tau, in scan order
+        feasible = [i for i, d in enumerate(drift) if d <= tau]
+        assert s["accepted"] == [order[i] for i in feasible[:k_rep]]
+        # the scan stops after the chunk in which the k_rep-th group passed
+        depth = len(order) if len(feasible) < k_rep else \
+            min(len(order), (feasible[k_rep - 1] // chunk + 1) * chunk)
+        assert s["scanned"] == depth
+        r = recs[s["step"]]
+        assert r["replay/scan_depth"] == depth and r["replay/accepted"] == len(s["accepted"])
+        assert r["replay/candidates"] == len(order)
+        assert r["replay/accept_rate"] == pytest.approx(sum(d <= tau for d in drift[:depth]) / depth)
+        if s["accepted"]:
+            assert r["train/replayed_rows"] > 0  # and they reached the update
+    # the gate really rejected scanned groups, some groups still passed it, and at least once
+    # it passed over a higher-headroom group for a lower one (where headroom_only would differ)
+    assert any(r["replay/scan_depth"] > 0 and r["replay/accept_rate"] < 1 for r in recs.values())
+    assert any(s["accepted"] for s in scans)
+    assert any(s["accepted"] and s["accepted"] != s["order"][:len(s["accepted"])] for s in scans)

@@ -2,8 +2,10 @@
 
 Every reward is a sum of named components, logged on their own:
 
-- ``reward/answer``: the answer's score at the step that answers (exact match by
-  default, or token F1; for math 1.0 if the checker finds it equivalent), else 0;
+- ``reward/answer``: the answer's score at the step that answers (for search QA the
+  registered answer reward named by ``answer_metric``: exact match ``"em"`` by default, token
+  F1 ``"f1"``, or one added with ``register_answer_reward``; for math 1.0 if the checker
+  finds it equivalent), else 0;
 - ``reward/format``: ``-format_penalty`` on every malformed turn, else 0.
 
 ``answer_correct`` depends on the answer alone (never on format): exact match for
@@ -18,10 +20,12 @@ import re
 import string
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 __all__ = ["AnswerScore", "normalize_answer", "exact_match", "f1_score", "qa_score",
-           "math_equal", "step_rewards", "REWARD_KEYS"]
+           "math_equal", "step_rewards", "REWARD_KEYS", "register_answer_reward",
+           "unregister_answer_reward", "answer_reward", "answer_rewards"]
 
 REWARD_KEYS = ("reward/answer", "reward/format")
 
@@ -65,13 +69,69 @@ def f1_score(prediction: str, golden_answers: list[str]) -> float:
     return best
 
 
+# ---------------------------------------------------------------- answer rewards by name
+AnswerReward = Callable[[str, list[str]], float]
+"""``fn(prediction, golden_answers) -> reward`` of one final answer."""
+
+_ANSWER_REWARDS: dict[str, AnswerReward] = {}
+_BUILTIN_ANSWER_REWARDS = ("em", "f1")
+
+
+def register_answer_reward(name: str, fn: AnswerReward | None = None, *, overwrite: bool = False):
+    """Register ``fn(prediction, golden_answers) -> float`` as the answer reward ``name``
+    (``SearchEnv(answer_metric=name)``, ``env_kwargs.answer_metric=name``). A call or a
+    decorator (``@register_answer_reward("mine")``); returns ``fn``. Built-in names ("em",
+    "f1") are reserved; a taken name needs ``overwrite=True``."""
+    def add(f: AnswerReward) -> AnswerReward:
+        if not callable(f):
+            raise TypeError(f"register_answer_reward({name!r}, ...): must be callable, got {f!r}")
+        if name in _BUILTIN_ANSWER_REWARDS and name in _ANSWER_REWARDS:
+            raise ValueError(f"{name!r} is a built-in answer reward; pick another name")
+        if name in _ANSWER_REWARDS and not overwrite:
+            raise ValueError(f"answer reward {name!r} is already registered; pass overwrite=True")
+        _ANSWER_REWARDS[name] = f
+        return f
+
+    return add if fn is None else add(fn)
+
+
+def unregister_answer_reward(name: str) -> None:
+    """Remove a registered (non-built-in) answer reward."""
+    if name in _BUILTIN_ANSWER_REWARDS:
+        raise ValueError(f"{name!r} is a built-in answer reward and cannot be removed")
+    if _ANSWER_REWARDS.pop(name, None) is None:
+        raise ValueError(f"no answer reward {name!r} is registered; known: {answer_rewards()}")
+
+
+def answer_rewards() -> list[str]:
+    """Every registered answer reward name: the built-ins, then the user's."""
+    return list(_BUILTIN_ANSWER_REWARDS) + sorted(k for k in _ANSWER_REWARDS
+                                                  if k not in _BUILTIN_ANSWER_REWARDS)
+
+
+def answer_reward(name: str) -> AnswerReward:
+    """The answer reward registered as ``name``; unknown names are a ValueError listing the known."""
+    try:
+        return _ANSWER_REWARDS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"answer_metric {name!r} is not a registered answer reward; choose from "
+                         f"{answer_rewards()} (or register your own with "
+                         "agentsearch.envs.rewards.register_answer_reward)") from None
+
+
+register_answer_reward("em", exact_match)
+register_answer_reward("f1", f1_score)
+
+
 def qa_score(answer: str, golden_answers: list[str], metric: str = "em") -> AnswerScore:
-    """Search QA: ``correct`` = exact match; ``score`` = EM or F1 (``metric``)."""
+    """Search QA: ``correct`` = exact match; ``score`` = the answer reward ``metric`` (EM, F1 or a
+    registered one); ``metrics`` has EM, F1 and, for another reward, its value under its name."""
+    fn = answer_reward(metric)
     em, f1 = exact_match(answer, golden_answers), f1_score(answer, golden_answers)
-    if metric not in ("em", "f1"):
-        raise ValueError(f"answer_metric must be 'em' or 'f1', got {metric!r}")
-    return AnswerScore(correct=em == 1.0, score=em if metric == "em" else f1,
-                       metrics={"em": em, "f1": f1})
+    metrics = {"em": em, "f1": f1}
+    if metric not in metrics:
+        metrics[metric] = float(fn(answer, golden_answers))
+    return AnswerScore(correct=em == 1.0, score=metrics[metric], metrics=metrics)
 
 
 # ---------------------------------------------------------------- math equivalence

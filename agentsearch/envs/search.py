@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentsearch.envs.core import TextEnv, TextEnvConfig
-from agentsearch.envs.rewards import AnswerScore, qa_score
+from agentsearch.envs.rewards import AnswerScore, answer_reward, qa_score
 
 __all__ = ["SearchEnv", "SearchEnvConfig", "SEARCH_R1_PROMPT", "default_retriever"]
 
@@ -46,11 +46,16 @@ class SearchEnvConfig(TextEnvConfig):
     topk: int = 3
     """Passages per search (Search-R1 uses 3)."""
     answer_metric: str = "em"
-    """``reward/answer`` is exact match (``"em"``) or token F1 (``"f1"``)."""
+    """The answer reward ``reward/answer`` is, by registered name: exact match (``"em"``), token
+    F1 (``"f1"``) or one added with ``agentsearch.envs.rewards.register_answer_reward``."""
     question_types: tuple[str, ...] | None = None
     """Keep only tasks whose ``type`` is one of these (the world's ``single``, ``bridge``,
     ``comparison``); None keeps all. The demo drops ``comparison``: naming one of two
     candidates without reading pays ~0.5, a shortcut RL would learn instead of searching."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        answer_reward(self.answer_metric)  # an unknown name fails here, listing the known ones
 
 
 _TASKS: dict[str, list[dict]] = {}
@@ -114,7 +119,8 @@ class SearchEnv(TextEnv):
 
     ## Rewards
     ``reward/answer``: exact match of the SQuAD-normalised answer against any golden
-    answer (or token F1 with ``answer_metric="f1"``) on the answering step.
+    answer (or token F1 with ``answer_metric="f1"``, or any answer reward registered with
+    ``register_answer_reward``) on the answering step.
     ``reward/format``: ``-format_penalty`` per malformed turn. ``answer_correct`` is
     exact match, whatever the format.
 

@@ -35,11 +35,12 @@ from agentsearch.replay.strategies import (
     make_replay,
     register_replay,
     replay_kinds,
+    unregister_replay,
 )
 
 __all__ = [
     "ReplayGroup", "HeadroomDriftBuffer", "Selection", "ScoreFn", "headroom", "policy_drift",
     "headroom_batched", "policy_drift_batched", "pad_stack", "ReplayStats",
     "exposure_concentration", "ReplayStrategy", "make_replay", "register_replay",
-    "replay_kinds",
+    "unregister_replay", "replay_kinds",
 ]

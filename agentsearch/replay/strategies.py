@@ -18,8 +18,9 @@ Example::
     buf = make_replay("hdr", capacity=512, k_rep=128, tau=1e-3)
     buf = make_replay("naive", capacity=512, k_rep=128, seed=1)
 
-Register your own with ``register_replay("mine", factory)``; ``factory(**kwargs)`` must
-return a ``ReplayStrategy``.
+Every kind, built-in or not, is an entry of one registry: register your own with
+``register_replay("mine", factory)`` (or ``@register_replay("mine")``); ``factory(**kwargs)``
+must return a ``ReplayStrategy``, and ``replay.kind=mine`` in a config then selects it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from typing import Any, Protocol, runtime_checkable
 from agentsearch.replay.buffer import HeadroomDriftBuffer, ScoreFn, Selection
 from agentsearch.replay.groups import ReplayGroup
 
-__all__ = ["ReplayStrategy", "make_replay", "register_replay", "replay_kinds", "BUILTIN_KINDS"]
+__all__ = ["ReplayStrategy", "make_replay", "register_replay", "unregister_replay", "replay_kinds",
+           "BUILTIN_KINDS"]
 
 
 @runtime_checkable
@@ -73,20 +75,46 @@ BUILTIN_KINDS: dict[str, tuple[str, bool]] = {
 _REGISTRY: dict[str, Callable[..., ReplayStrategy]] = {}
 
 
-def register_replay(name: str, factory: Callable[..., ReplayStrategy]) -> None:
-    """Make ``make_replay(name, **kwargs)`` call ``factory(**kwargs)``."""
+def register_replay(name: str, factory: Callable[..., ReplayStrategy] | None = None, *,
+                    overwrite: bool = False):
+    """Make ``make_replay(name, **kwargs)`` (and ``replay.kind=name`` in a config) call
+    ``factory(**kwargs)``. Use as a call, ``register_replay("mine", factory)``, or as a
+    decorator, ``@register_replay("mine")``; returns the factory.
+
+    The trainer (``build_replay``) passes ``capacity``, ``k_rep``, ``tau``, ``scan_chunk``,
+    ``headroom_weighting``, ``drift_kind``, ``success_threshold`` and ``seed``, so a factory
+    should take ``**kwargs``. Built-in names are reserved; registering a taken name again
+    needs ``overwrite=True``. ``unregister_replay(name)`` removes it.
+    """
+    def add(f: Callable[..., ReplayStrategy]) -> Callable[..., ReplayStrategy]:
+        if not callable(f):
+            raise TypeError(f"register_replay({name!r}, ...): the factory must be callable, got {f!r}")
+        if name in BUILTIN_KINDS and name in _REGISTRY:
+            raise ValueError(f"{name!r} is a built-in replay kind; pick another name")
+        if name in _REGISTRY and not overwrite:
+            raise ValueError(f"replay kind {name!r} is already registered; pass overwrite=True "
+                             "to replace it")
+        _REGISTRY[name] = f
+        return f
+
+    return add if factory is None else add(factory)
+
+
+def unregister_replay(name: str) -> None:
+    """Remove a registered (non-built-in) replay kind."""
     if name in BUILTIN_KINDS:
-        raise ValueError(f"{name!r} is a built-in replay kind; pick another name")
-    _REGISTRY[name] = factory
+        raise ValueError(f"{name!r} is a built-in replay kind and cannot be removed")
+    if _REGISTRY.pop(name, None) is None:
+        raise ValueError(f"no replay kind {name!r} is registered; known: {replay_kinds()}")
 
 
 def replay_kinds() -> list[str]:
-    """Every name ``make_replay`` accepts."""
-    return list(BUILTIN_KINDS) + sorted(_REGISTRY)
+    """Every name ``make_replay`` accepts: the built-ins, then the registered ones."""
+    return list(BUILTIN_KINDS) + sorted(k for k in _REGISTRY if k not in BUILTIN_KINDS)
 
 
 def make_replay(kind: str, **kwargs: Any) -> ReplayStrategy:
-    """A replay strategy by name (module doc).
+    """A replay strategy by name: ``factory(**kwargs)`` of the registered ``kind``.
 
     Built-in kinds take ``HeadroomDriftBuffer``'s arguments: ``capacity`` and ``k_rep``
     (required, except for ``none``), ``tau`` (required for the gated kinds ``hdr`` and
@@ -94,22 +122,38 @@ def make_replay(kind: str, **kwargs: Any) -> ReplayStrategy:
     ``headroom_weighting``, ``drift_kind``, ``success_threshold``, ``seed``,
     ``drought_steps``. ``order`` and ``gate`` are fixed by the kind.
     """
-    if kind in _REGISTRY:
-        return _REGISTRY[kind](**kwargs)
-    if kind not in BUILTIN_KINDS:
-        raise ValueError(f"unknown replay kind {kind!r}; choose from {replay_kinds()}")
+    try:
+        factory = _REGISTRY[kind]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown replay kind {kind!r}; choose from {replay_kinds()} "
+                         "(or register your own with agentsearch.replay.register_replay)") from None
+    return factory(**kwargs)
+
+
+def _builtin(kind: str) -> Callable[..., ReplayStrategy]:
+    """The factory of a built-in kind: one ``HeadroomDriftBuffer`` with the kind's order and gate."""
     order, gate = BUILTIN_KINDS[kind]
-    for fixed in ("order", "gate"):
-        if fixed in kwargs:
-            raise ValueError(f"replay kind {kind!r} fixes {fixed}; pick the kind that has the "
-                             f"{fixed} you want ({BUILTIN_KINDS})")
-    if kind == "none":
-        kwargs.update(capacity=0, k_rep=0)
-    missing = [k for k in ("capacity", "k_rep") if k not in kwargs]
-    if gate and "tau" not in kwargs:
-        missing.append("tau")
-    if missing:
-        raise ValueError(f"replay kind {kind!r} needs {missing} (e.g. capacity=512, k_rep=64, "
-                         "tau=1e-2 as in the paper's search setting)")
-    kwargs.setdefault("tau", math.inf)
-    return HeadroomDriftBuffer(order=order, gate=gate, name=kind, **kwargs)
+
+    def factory(**kwargs: Any) -> ReplayStrategy:
+        for fixed in ("order", "gate"):
+            if fixed in kwargs:
+                raise ValueError(f"replay kind {kind!r} fixes {fixed}; pick the kind that has the "
+                                 f"{fixed} you want ({BUILTIN_KINDS})")
+        if kind == "none":
+            kwargs.update(capacity=0, k_rep=0)
+        missing = [k for k in ("capacity", "k_rep") if k not in kwargs]
+        if gate and "tau" not in kwargs:
+            missing.append("tau")
+        if missing:
+            raise ValueError(f"replay kind {kind!r} needs {missing} (e.g. capacity=512, k_rep=64, "
+                             "tau=1e-2 as in the paper's search setting)")
+        kwargs.setdefault("tau", math.inf)
+        return HeadroomDriftBuffer(order=order, gate=gate, name=kind, **kwargs)
+
+    factory.__name__ = factory.__qualname__ = f"make_{kind}"
+    return factory
+
+
+for _kind in BUILTIN_KINDS:  # the built-ins go through the same registry as a user's kinds
+    register_replay(_kind, _builtin(_kind))
+del _kind

@@ -21,8 +21,10 @@ __all__ = ["TrainConfig", "ReplayConfig", "LoraSettings", "SFTConfig", "EvalConf
 class ReplayConfig:
     """Which replay strategy fills the batch next to the fresh groups (HDR by default)."""
 
-    kind: Literal["none", "hdr", "naive", "recency", "headroom_only", "drift_only"] = "hdr"
-    """``none`` = on-policy; ``hdr`` = Headroom-Drift Replay; the rest are the paper's baselines."""
+    kind: str = "hdr"
+    """A registered replay kind: ``none`` = on-policy; ``hdr`` = Headroom-Drift Replay;
+    ``naive``, ``recency``, ``headroom_only``, ``drift_only`` = the paper's baselines; or your
+    own (``agentsearch.replay.register_replay``)."""
     k_rep: int = 4
     """Replayed groups per step (paper: 64 next to 128 fresh for search)."""
     tau: float = 1e-2
@@ -37,6 +39,14 @@ class ReplayConfig:
     """``l2``: mean squared logprob gap (the paper's gate); ``l1``: |mean gap| (cancelling)."""
     success_threshold: float = 0.0
     """Ingress success = answer_correct when the task gives it, else reward > this."""
+
+    def __post_init__(self):
+        from agentsearch.replay.strategies import replay_kinds
+
+        if self.kind not in replay_kinds():
+            raise ConfigError(f"replay.kind: {self.kind!r} is not one of the registered replay kinds "
+                              f"{replay_kinds()} (register your own with "
+                              "agentsearch.replay.register_replay)")
 
 
 @dataclass
@@ -193,15 +203,17 @@ class TrainConfig:
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     tool_latency: ToolLatency = field(default_factory=ToolLatency)
     # --- loss
-    loss: Literal["grpo", "gspo", "cispo"] = "grpo"
-    """Token-level clipped surrogate (GRPO/DAPO), sequence-level ratio (GSPO) or clipped IS
-    weight with stop-gradient (CISPO); see ``trainer/losses.py``."""
+    loss: str = "grpo"
+    """A registered loss: token-level clipped surrogate (``grpo``, GRPO/DAPO), sequence-level
+    ratio (``gspo``), clipped IS weight with stop-gradient (``cispo``), or your own
+    (``agentsearch.trainer.losses.register_loss``); see ``trainer/losses.py``."""
     clip_low: float = 0.2
     """Lower clip: ratios below 1 - clip_low are clipped (GSPO uses ~3e-4)."""
     clip_high: float = 0.28
     """> clip_low is DAPO's clip-higher."""
     dual_clip: float | None = None
-    """Dual-clip PPO bound c > 1 for negative advantages (None = off; loss=grpo only)."""
+    """Dual-clip PPO bound c > 1 for negative advantages (None = off; loss=grpo, or a registered
+    loss with ``dual_clip=True``)."""
     agg: Literal["token", "sequence"] = "token"
     """Loss aggregation: over all tokens of the batch (DAPO) or mean of sequence means (GRPO);
     GSPO is per sequence either way (``losses.AGGREGATION``)."""
@@ -273,15 +285,20 @@ class TrainConfig:
         if self.checkpoint_every < 1:
             problems.append(f"checkpoint_every={self.checkpoint_every} must be >= 1 (a checkpoint is "
                             "also saved at the end; for only that one set checkpoint_every=steps)")
-        if self.dual_clip is not None and self.loss != "grpo":
-            problems.append(f"dual_clip={self.dual_clip} is used only by loss=grpo, not {self.loss}: "
-                            "unset it (dual_clip=none)")
+        from agentsearch.trainer.losses import loss_names, loss_spec
+
+        if self.loss not in loss_names():
+            problems.append(f"loss: {self.loss!r} is not one of the registered losses {loss_names()} "
+                            "(register your own with agentsearch.trainer.losses.register_loss)")
+        else:  # the loss's own rules: dual_clip support, clip ranges (losses.LossSpec)
+            spec = loss_spec(self.loss)
+            if self.dual_clip is not None and not spec.dual_clip:
+                problems.append(f"dual_clip={self.dual_clip} is used only by loss=grpo, not {self.loss}: "
+                                "unset it (dual_clip=none)")
+            if spec.check is not None:
+                problems += list(spec.check(self))
         if self.dual_clip is not None and self.dual_clip <= 1:
             problems.append(f"dual_clip={self.dual_clip} must be > 1 (or none)")
-        if self.loss == "gspo" and max(self.clip_low, self.clip_high) > 0.01:
-            problems.append(f"loss=gspo with clip_low={self.clip_low}, clip_high={self.clip_high}: GSPO "
-                            "clips the sequence-level ratio, whose range is ~3e-4 (a clip above 0.01 "
-                            "clips almost nothing); set clip_low=3e-4 clip_high=4e-4")
         if self.overlong_buffer < 0:
             problems.append(f"overlong_buffer={self.overlong_buffer} must be >= 0 (0 = off)")
         if self.max_response_tokens is not None and self.max_response_tokens < 1:

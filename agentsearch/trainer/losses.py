@@ -6,7 +6,16 @@ environment tokens never contribute to a loss. ``old_logprobs`` is the ratio
 denominator: the generation-time (behaviour) logprobs; for replayed groups these are the
 stored ones, so the importance ratio corrects for the policy having moved since.
 
-Aggregation: ``AGGREGATION[loss][agg]`` is the one place that says what each loss sums and
+Registry: every loss, built-in or not, is a ``LossSpec`` registered by name
+(``register_loss``): the function, what it is averaged over under each ``agg``, whether it
+takes ``dual_clip`` and an optional config check. ``TrainConfig.loss`` is any registered name;
+``policy_loss``, ``loss_normalizer`` and ``policy_update`` look it up. A new loss is one call::
+
+    @register_loss("mine", aggregation={"token": "token", "sequence": "sequence"})
+    def my_loss(logprobs, old_logprobs, advantages, mask, *, clip_low, clip_high, dual_clip,
+                agg, normalizer=None) -> LossStats: ...
+
+Aggregation: ``AGGREGATION[loss][agg]`` (a view of the registry) says what each loss sums and
 what the sum is divided by (``aggregation``, ``loss_normalizer``):
 - ``"token"``: sum over all masked tokens / number of masked tokens (DAPO's token-level
   loss; OpenRLHF's ``token_level_loss=True``): GRPO and CISPO with ``agg="token"``;
@@ -24,23 +33,109 @@ arXiv 2507.18071); CISPO (MiniMax-M1, arXiv 2506.13585); k3 KL estimator (Schulm
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
 
 import torch
 
 __all__ = ["LossStats", "policy_loss", "grpo_loss", "gspo_loss", "cispo_loss", "kl_penalty",
            "overlong_penalty", "sft_loss", "masked_mean", "AGGREGATION", "aggregation",
-           "loss_normalizer"]
+           "loss_normalizer", "LossSpec", "register_loss", "unregister_loss", "loss_spec",
+           "loss_names"]
 
 Unit = Literal["token", "sequence"]
+AGGS = ("token", "sequence")
 
-AGGREGATION: dict[str, dict[str, Unit]] = {
-    # loss -> agg -> unit: "token" divides the summed per-token loss by the policy-token
-    # count, "sequence" divides the sum of per-sequence token means by the sequence count
-    "grpo": {"token": "token", "sequence": "sequence"},
-    "gspo": {"token": "sequence", "sequence": "sequence"},  # sequence-level by definition
-    "cispo": {"token": "token", "sequence": "sequence"},
-}
+
+@dataclass(frozen=True)
+class LossSpec:
+    """A registered loss: ``fn(logprobs, old_logprobs, advantages, mask, *, clip_low, clip_high,
+    dual_clip, agg, normalizer) -> LossStats`` and its normaliser rule."""
+
+    fn: Callable[..., LossStats]
+    aggregation: Mapping[str, Unit]
+    """agg -> unit: ``"token"`` divides the summed per-token loss by the policy-token count,
+    ``"sequence"`` divides the sum of per-sequence token means by the sequence count."""
+    dual_clip: bool = False
+    """Whether the loss uses ``dual_clip`` (``TrainConfig`` refuses it otherwise)."""
+    check: Callable[[Any], list[str]] | None = None
+    """``check(train_config) -> problems`` (e.g. clip ranges); run by ``TrainConfig``."""
+
+
+_LOSSES: dict[str, LossSpec] = {}
+_BUILTIN_LOSSES = ("grpo", "gspo", "cispo")
+
+
+def register_loss(name: str, fn: Callable[..., LossStats] | None = None, *,
+                  aggregation: Mapping[str, Unit] | None = None, dual_clip: bool = False,
+                  check: Callable[[Any], list[str]] | None = None, overwrite: bool = False):
+    """Register a loss under ``name`` (then ``loss=name`` in a config uses it); returns ``fn``.
+
+    A call (``register_loss("mine", fn, aggregation=...)``) or a decorator
+    (``@register_loss("mine")``). ``aggregation`` maps each ``agg`` ("token", "sequence") to
+    the unit the loss is averaged over (default: the unit ``agg`` names); ``fn`` must divide
+    its sum by ``normalizer`` when one is given (``update.policy_update`` passes the whole
+    step's count, so micro-batches add up). Built-in names are reserved; a taken name needs
+    ``overwrite=True``. ``unregister_loss(name)`` removes it.
+    """
+    agg_map = dict(aggregation) if aggregation is not None else {a: a for a in AGGS}
+    if set(agg_map) != set(AGGS) or not set(agg_map.values()) <= set(AGGS):
+        raise ValueError(f"register_loss({name!r}): aggregation must map each of {list(AGGS)} to "
+                         f"one of {list(AGGS)}, got {agg_map}")
+
+    def add(f: Callable[..., LossStats]) -> Callable[..., LossStats]:
+        if not callable(f):
+            raise TypeError(f"register_loss({name!r}, ...): the loss must be callable, got {f!r}")
+        if name in _BUILTIN_LOSSES and name in _LOSSES:
+            raise ValueError(f"{name!r} is a built-in loss; pick another name")
+        if name in _LOSSES and not overwrite:
+            raise ValueError(f"loss {name!r} is already registered; pass overwrite=True to replace it")
+        _LOSSES[name] = LossSpec(f, agg_map, dual_clip=dual_clip, check=check)
+        return f
+
+    return add if fn is None else add(fn)
+
+
+def unregister_loss(name: str) -> None:
+    """Remove a registered (non-built-in) loss."""
+    if name in _BUILTIN_LOSSES:
+        raise ValueError(f"{name!r} is a built-in loss and cannot be removed")
+    if _LOSSES.pop(name, None) is None:
+        raise ValueError(f"no loss {name!r} is registered; known: {loss_names()}")
+
+
+def loss_names() -> list[str]:
+    """Every registered loss name: the built-ins, then the user's."""
+    return list(_BUILTIN_LOSSES) + sorted(k for k in _LOSSES if k not in _BUILTIN_LOSSES)
+
+
+def loss_spec(kind: str) -> LossSpec:
+    """The registered loss ``kind``; an unknown name is a ValueError listing the known ones."""
+    try:
+        return _LOSSES[kind]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown loss {kind!r}; choose from {loss_names()} (or register your "
+                         "own with agentsearch.trainer.losses.register_loss)") from None
+
+
+class _AggregationView(Mapping):
+    """``AGGREGATION[loss][agg] -> unit``, read from the registry."""
+
+    def __getitem__(self, kind: str) -> Mapping[str, Unit]:
+        return _LOSSES[kind].aggregation
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(_LOSSES))
+
+    def __len__(self) -> int:
+        return len(_LOSSES)
+
+    def __repr__(self) -> str:
+        return repr({k: dict(v.aggregation) for k, v in _LOSSES.items()})
+
+
+AGGREGATION: Mapping[str, Mapping[str, Unit]] = _AggregationView()
 
 
 class LossStats(NamedTuple):
@@ -60,11 +155,10 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
 
 def aggregation(kind: str, agg: str) -> Unit:
     """The unit ``kind``'s loss is averaged over under ``agg`` (see ``AGGREGATION``)."""
-    if kind not in AGGREGATION:
-        raise ValueError(f"unknown loss {kind!r}; choose from {sorted(AGGREGATION)}")
-    if agg not in AGGREGATION[kind]:
+    table = loss_spec(kind).aggregation
+    if agg not in table:
         raise ValueError(f"agg={agg!r}: use 'token' or 'sequence'")
-    return AGGREGATION[kind][agg]
+    return table[agg]
 
 
 def _count(mask: torch.Tensor, unit: Unit) -> torch.Tensor:
@@ -169,14 +263,23 @@ def _no_dual_clip(kind: str, dual_clip) -> None:
         raise ValueError(f"dual_clip={dual_clip} is used only by loss=grpo, not {kind}: unset it")
 
 
-_LOSSES = {"grpo": grpo_loss, "gspo": gspo_loss, "cispo": cispo_loss}
+def _gspo_check(cfg) -> list[str]:
+    if max(cfg.clip_low, cfg.clip_high) > 0.01:
+        return [f"loss=gspo with clip_low={cfg.clip_low}, clip_high={cfg.clip_high}: GSPO "
+                "clips the sequence-level ratio, whose range is ~3e-4 (a clip above 0.01 "
+                "clips almost nothing); set clip_low=3e-4 clip_high=4e-4"]
+    return []
 
 
-def policy_loss(kind: Literal["grpo", "gspo", "cispo"], *args, **kwargs) -> LossStats:
-    """Dispatch by name; see ``grpo_loss``, ``gspo_loss``, ``cispo_loss``."""
-    if kind not in _LOSSES:
-        raise ValueError(f"unknown loss {kind!r}; choose from {sorted(_LOSSES)}")
-    return _LOSSES[kind](*args, **kwargs)
+register_loss("grpo", grpo_loss, dual_clip=True)
+register_loss("gspo", gspo_loss, aggregation={"token": "sequence", "sequence": "sequence"},
+              check=_gspo_check)  # sequence-level by definition
+register_loss("cispo", cispo_loss)
+
+
+def policy_loss(kind: str, *args, **kwargs) -> LossStats:
+    """Dispatch by registered name; see ``grpo_loss``, ``gspo_loss``, ``cispo_loss``."""
+    return loss_spec(kind).fn(*args, **kwargs)
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor,

@@ -20,7 +20,7 @@ import torch
 
 from agentsearch.replay import ReplayGroup
 from agentsearch.trainer.logprobs import token_logprobs
-from agentsearch.trainer.losses import kl_penalty, loss_normalizer, policy_loss
+from agentsearch.trainer.losses import kl_penalty, loss_normalizer, loss_spec
 
 __all__ = ["Row", "rows_of", "pad_rows", "policy_update"]
 
@@ -72,12 +72,13 @@ def policy_update(model, optimizer, scheduler, rows: Sequence[Row], cfg, *,
                   ref_logprobs_fn: Callable | None = None) -> dict[str, float]:
     """Accumulate the policy loss over micro-batches and take one optimizer step.
 
-    ``cfg`` is a ``TrainConfig`` (loss kind, clips, aggregation, micro_batch_size, kl, grad_clip).
+    ``cfg`` is a ``TrainConfig`` (loss: any name registered with ``losses.register_loss``; clips, aggregation, micro_batch_size, kl, grad_clip).
     ``ref_logprobs_fn(ids, attn, mask) -> [B, T]`` gives reference logprobs for the KL term.
     Returns ``train/*`` metrics; ``train/skipped`` is 1 when the step was skipped, and
     ``train/skipped_no_signal`` is 1 when that was for lack of signal (no rows, or every
     advantage 0 without a KL term): then neither the optimizer nor the scheduler steps.
     """
+    spec = loss_spec(cfg.loss)  # the registered loss: its function and normaliser rule
     device = next(model.parameters()).device
     model.train()
     optimizer.zero_grad(set_to_none=True)
@@ -97,9 +98,9 @@ def policy_update(model, optimizer, scheduler, rows: Sequence[Row], cfg, *,
         mb = pad_rows(mb_rows, device)
         lp = token_logprobs(model, mb["ids"], mb["attn"], temperature=cfg.generation.temperature,
                             target_mask=mb["mask"])  # [B, T]
-        stats = policy_loss(cfg.loss, lp, mb["old"], mb["adv"], mb["mask"], clip_low=cfg.clip_low,
-                            clip_high=cfg.clip_high, dual_clip=cfg.dual_clip, agg=cfg.agg,
-                            normalizer=normalizer)
+        stats = spec.fn(lp, mb["old"], mb["adv"], mb["mask"], clip_low=cfg.clip_low,
+                        clip_high=cfg.clip_high, dual_clip=cfg.dual_clip, agg=cfg.agg,
+                        normalizer=normalizer)
         loss = stats.loss
         weight = float(mb["mask"].sum()) / max(n_tokens, 1.0)  # this micro-batch's share of tokens
         if kl_on:
