@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 from pathlib import Path
 from typing import Any
+
+from agentsearch.cache import cache_dir, publish_dir
 
 ASSETS = Path(__file__).parent / "data" / "assets"
 TOKENIZER_DIR = ASSETS / "tokenizer"
@@ -46,24 +47,6 @@ MODEL_SIZES: dict[str, dict[str, int]] = {
     "small": dict(hidden_size=384, intermediate_size=1024, num_hidden_layers=6,
                   num_attention_heads=6, num_key_value_heads=2),
 }
-
-
-def cache_dir() -> Path:
-    """Where converted models and built worlds/indexes live (``AGENTSEARCH_CACHE``)."""
-    d = Path(os.environ.get("AGENTSEARCH_CACHE", Path.home() / ".cache" / "agentsearch"))
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-def publish_dir(tmp: Path, out: Path) -> Path:
-    """Rename the fully written cache folder ``tmp`` to ``out``, so readers never see half of
-    one. If a concurrent process published ``out`` first, keep theirs (built from the same
-    inputs) and delete ``tmp``."""
-    try:
-        tmp.rename(out)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
 
 
 def _with_tool_template(tok):

@@ -42,15 +42,20 @@ or skips packaging and passes a path: ``tools=["my_module:WeatherTool"]``. A cus
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import math
+import random
 from functools import lru_cache
 from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
 
+from agentsearch.config import ConfigError
 from agentsearch.envs.sandbox import CalculatorError, evaluate, run_python
 
 __all__ = ["Tool", "SearchTool", "CalculatorTool", "PythonTool", "load_tool", "load_tools",
-           "available_tools", "tool_schema", "tag_argument", "ENTRY_POINT_GROUP"]
+           "available_tools", "tool_schema", "tag_argument", "ENTRY_POINT_GROUP", "LatencyTool",
+           "preflight"]
 
 ENTRY_POINT_GROUP = "agentsearch.tools"
 # Used only when the package metadata is missing (a source tree on sys.path, not installed).
@@ -257,3 +262,48 @@ class PythonTool:
     async def __call__(self, code: str) -> str:
         return await run_python(str(code), time_limit_s=self.time_limit_s,
                                 memory_mb=self.memory_mb, max_output_chars=self.max_output_chars)
+
+
+class LatencyTool:
+    """Wrap a tool with extra latency per call, to model a remote search API in benchmarks.
+
+    ``kind="fixed"``: ``mean_s`` every call; ``"lognormal"``: log-normal with mean ``mean_s``
+    and shape ``sigma``. The sleep is asyncio, so concurrent episodes overlap it.
+    """
+
+    def __init__(self, tool, profile, seed: int = 0):
+        self.tool, self.profile = tool, profile
+        self.name, self.description = tool.name, tool.description
+        self.parameters, self.timeout_s = tool.parameters, tool.timeout_s + 10 * profile.mean_s
+        self._rng = random.Random(seed)
+
+    def delay(self) -> float:
+        p = self.profile
+        if p.kind == "fixed":
+            return p.mean_s
+        mu = math.log(max(p.mean_s, 1e-9)) - p.sigma ** 2 / 2  # E[X] = mean_s
+        return self._rng.lognormvariate(mu, p.sigma)
+
+    async def __call__(self, **kwargs):
+        await asyncio.sleep(self.delay())
+        return await self.tool(**kwargs)
+
+    async def aclose(self) -> None:
+        if hasattr(self.tool, "aclose"):
+            await self.tool.aclose()
+
+
+def preflight(env, loop=None) -> None:
+    """Call the env's search tool once before training, so a dead retriever (server down,
+    bad index) is a clear error at start, not a run of error observations and zero rewards.
+    ``loop``: the run's ``EventLoop`` (else a fresh loop)."""
+    tool = getattr(env, "tools", {}).get("search")
+    if tool is None:
+        return
+    inner = getattr(tool, "tool", tool)  # unwrap LatencyTool
+    try:
+        check = asyncio.wait_for(inner(query="preflight check"), timeout=max(inner.timeout_s, 1.0))
+        (asyncio.run if loop is None else loop.run)(check)
+    except Exception as e:  # noqa: BLE001 - report whatever the retriever raised
+        raise ConfigError(f"search failed at start ({type(e).__name__}: {e}); is the retrieval "
+                          "server running / the index folder right? (env_kwargs.index)") from None

@@ -117,8 +117,8 @@ def world_index(seed: int = 0, kind: str = "bm25s", entities: int | None = None,
     Cached under ``$AGENTSEARCH_CACHE/indexes``; concurrent first uses each build into a
     private folder and the first rename wins, so readers never see a partial index.
     """
+    from agentsearch.cache import cache_dir, publish_dir
     from agentsearch.data import world_dir
-    from agentsearch.models import cache_dir, publish_dir
 
     world = world_dir(seed=seed, entities=entities)
     # A non-default encoder is part of the cache key; threads and the like are not.

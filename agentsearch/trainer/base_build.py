@@ -62,7 +62,8 @@ def build(out: str | Path = BASE_DIR, overrides: list[str] | None = None) -> dic
     returns the build record. Prints one progress line per 100 steps."""
     import torch
 
-    from agentsearch.models import TOKENIZER_DIR, load_model, publish_dir
+    from agentsearch.cache import publish_dir
+    from agentsearch.models import TOKENIZER_DIR, load_model
     from agentsearch.rollout.hf import HFBackend
     from agentsearch.trainer.checkpoint import save_final
     from agentsearch.trainer.eval import eval_envs, eval_settings, evaluate

@@ -186,7 +186,11 @@ class TrainConfig:
     """Load weights from this folder (e.g. a previous run's ``final``) instead of ``model``."""
     lora: LoraSettings = field(default_factory=LoraSettings)
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
-    """``auto`` = bf16 on CUDA, fp32 on CPU."""
+    """``auto`` = bf16 on CUDA when training a LoRA adapter (the adapter itself stays fp32),
+    else fp32. Full-weight training in bf16 is refused: AdamW on bf16 weights rounds updates
+    smaller than ~1/256 of a weight (lr 1e-6 steps) to zero."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less GPU memory, ~30% more update time)."""
     device: str = "auto"
     """``auto`` (CUDA if available), ``cpu``, ``cuda``, ``cuda:1``, ..."""
     # --- rollout
@@ -308,6 +312,10 @@ class TrainConfig:
             problems.append(f"overlong_buffer={self.overlong_buffer} exceeds the policy-token budget "
                             f"{self.response_budget}, so even an empty response would be penalised: "
                             "lower overlong_buffer or raise max_response_tokens")
+        if self.dtype == "bfloat16" and not self.lora.enabled:
+            problems.append("dtype=bfloat16 with full-weight training: AdamW on bf16 weights rounds "
+                            "small updates to zero; train a LoRA adapter (lora.enabled=true) or use "
+                            "dtype=float32")
         if problems:
             raise ConfigError("; ".join(problems))
 

@@ -4,8 +4,6 @@ task sampler, tool-latency profile. Kept out of ``loop.py`` so the loop reads to
 
 from __future__ import annotations
 
-import asyncio
-import math
 import random
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import numpy as np
 import torch
 
 from agentsearch.config import ConfigError
+from agentsearch.envs.tools import LatencyTool, preflight
 from agentsearch.trainer.config import TrainConfig
 from agentsearch.trainer.lora import apply_lora
 
@@ -29,8 +28,9 @@ def seed_everything(seed: int) -> None:
 def resolve_device(cfg: TrainConfig) -> tuple[torch.device, torch.dtype]:
     device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available()
                           else ("cpu" if cfg.device == "auto" else cfg.device))
-    if cfg.dtype == "auto":
-        dtype = torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
+    if cfg.dtype == "auto":  # bf16 weights only under a LoRA adapter (see TrainConfig.dtype)
+        bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported() and cfg.lora.enabled
+        dtype = torch.bfloat16 if bf16 else torch.float32
     else:
         dtype = getattr(torch, cfg.dtype)
     return device, dtype
@@ -54,6 +54,8 @@ def build_policy(cfg: TrainConfig):
     model = apply_lora(model, cfg.lora)
     if cfg.lora.enabled and hasattr(model, "enable_input_require_grads"):
         model.enable_input_require_grads()
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model, tok
 
 
@@ -79,35 +81,6 @@ def build_backend(cfg: TrainConfig, model, tok):
                        max_lora_rank=cfg.lora.r, kv_cache_gb=cfg.generation.vllm_kv_cache_gb,
                        gpu_memory_utilization=cfg.generation.vllm_gpu_memory_utilization,
                        enforce_eager=cfg.generation.vllm_enforce_eager)
-
-
-class LatencyTool:
-    """Wrap a tool with extra latency per call, to model a remote search API in benchmarks.
-
-    ``kind="fixed"``: ``mean_s`` every call; ``"lognormal"``: log-normal with mean ``mean_s``
-    and shape ``sigma``. The sleep is asyncio, so concurrent episodes overlap it.
-    """
-
-    def __init__(self, tool, profile, seed: int = 0):
-        self.tool, self.profile = tool, profile
-        self.name, self.description = tool.name, tool.description
-        self.parameters, self.timeout_s = tool.parameters, tool.timeout_s + 10 * profile.mean_s
-        self._rng = random.Random(seed)
-
-    def delay(self) -> float:
-        p = self.profile
-        if p.kind == "fixed":
-            return p.mean_s
-        mu = math.log(max(p.mean_s, 1e-9)) - p.sigma ** 2 / 2  # E[X] = mean_s
-        return self._rng.lognormvariate(mu, p.sigma)
-
-    async def __call__(self, **kwargs):
-        await asyncio.sleep(self.delay())
-        return await self.tool(**kwargs)
-
-    async def aclose(self) -> None:
-        if hasattr(self.tool, "aclose"):
-            await self.tool.aclose()
 
 
 def build_envs(cfg: TrainConfig, count: int, split: str = "train", questions: str | None = None) -> list:
@@ -165,22 +138,6 @@ class TaskSampler:
     def load_state_dict(self, s: dict) -> None:
         self.rng.bit_generator.state = s["rng"]
         self.order = list(s["order"])
-
-
-def preflight(env, loop=None) -> None:
-    """Call the env's search tool once before training, so a dead retriever (server down,
-    bad index) is a clear error at start, not a run of error observations and zero rewards.
-    ``loop``: the run's ``EventLoop`` (else a fresh loop)."""
-    tool = getattr(env, "tools", {}).get("search")
-    if tool is None:
-        return
-    inner = getattr(tool, "tool", tool)  # unwrap LatencyTool
-    try:
-        check = asyncio.wait_for(inner(query="preflight check"), timeout=max(inner.timeout_s, 1.0))
-        (asyncio.run if loop is None else loop.run)(check)
-    except Exception as e:  # noqa: BLE001 - report whatever the retriever raised
-        raise ConfigError(f"search failed at start ({type(e).__name__}: {e}); is the retrieval "
-                          "server running / the index folder right? (env_kwargs.index)") from None
 
 
 def build_replay(cfg: TrainConfig):

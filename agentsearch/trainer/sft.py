@@ -107,7 +107,7 @@ _PRETRAIN_VERSION = 2
 def _pretrain_cache_path(cfg) -> Path:
     """``$AGENTSEARCH_CACHE/pretrained/<key>``: the key hashes everything stage 1 depends on
     (model, seed, LoRA, the pretraining and oracle settings, the env's transcript format)."""
-    from agentsearch.models import cache_dir
+    from agentsearch.cache import cache_dir
 
     s = cfg.sft
     fields = dict(version=_PRETRAIN_VERSION, model=cfg.model, init_from=cfg.init_from, seed=cfg.seed,
@@ -125,7 +125,7 @@ def _save_pretrained(model, metrics: dict[str, float], folder: Path) -> None:
     """Write the weights and metrics to a private folder, then publish it (``publish_dir``)."""
     from safetensors.torch import save_file
 
-    from agentsearch.models import publish_dir
+    from agentsearch.cache import publish_dir
 
     tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
