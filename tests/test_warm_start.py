@@ -38,7 +38,8 @@ def test_pretrained_base_is_cached_and_reloaded(tmp_path, monkeypatch):
 
 
 def test_pretraining_on_the_training_world_is_refused():
-    cfg = apply_overrides(TrainConfig, "tiny", PRE + ["sft.pretrain_world_seed=0"])
-    model, tok = build_policy(cfg)
-    with pytest.raises(ConfigError, match="must differ"):
-        warm_start(cfg, model, tok, build_envs(cfg, 2))
+    for bad in (["sft.pretrain_world_seed=0"], ["sft.pretrain_world_seed=-1", "sft.pretrain_worlds=2"]):
+        cfg = apply_overrides(TrainConfig, "tiny", PRE + bad)
+        model, tok = build_policy(cfg)
+        with pytest.raises(ConfigError, match="must not include env_kwargs.world_seed"):
+            warm_start(cfg, model, tok, build_envs(cfg, 2))

@@ -3,6 +3,8 @@
 - ``rollout`` / ``arollout`` (``core``): many episodes at once, one batched generation per
   turn, token ids + action masks + generation logprobs out (``Episode``, ``RolloutStats``);
   ``EventLoop`` (``events``): one asyncio loop for all the rollouts of a run.
+- ``RolloutEnv`` (``contract``): what the rollout needs of an env, as a ``Protocol``;
+  ``check_rollout_contract(env)`` checks an env instance against it.
 - Backends behind one protocol (``backends.GenerationBackend``, ``SamplingParams``,
   ``Generation``):
 
@@ -24,11 +26,13 @@ from agentsearch.rollout.backends import (
     SamplingParams,
     ScriptedBackend,
 )
+from agentsearch.rollout.contract import RolloutEnv, check_rollout_contract
 from agentsearch.rollout.core import Episode, RolloutStats, arollout, rollout
 from agentsearch.rollout.events import EventLoop
 
 __all__ = ["rollout", "arollout", "EventLoop", "Episode", "RolloutStats", "SamplingParams", "Generation",
-           "GenerationBackend", "ScriptedBackend", "HFBackend", "VLLMBackend"]
+           "GenerationBackend", "ScriptedBackend", "HFBackend", "VLLMBackend",
+           "RolloutEnv", "check_rollout_contract"]
 
 _LAZY = {"HFBackend": "hf", "VLLMBackend": "vllm"}
 

@@ -5,15 +5,18 @@ env's ``check_variants`` (e.g. Math with its calculator and python tools):
 
 1. ``gymnasium.utils.env_checker.check_env`` on the unwrapped env (spaces, seeding,
    step determinism, data not shared between calls, render, close);
-2-6. the env contract checks of ``agentsearch.envs.checker.check_text_env`` (seeded
+2. the rollout contract (``agentsearch.rollout.contract.check_rollout_contract``): the
+   members, observations, rewards and info keys ``rollout`` relies on (``RolloutEnv``),
+   on a malformed turn, each tool's simple call, the golden answer and truncation;
+3-7. the env contract checks of ``agentsearch.envs.checker.check_text_env`` (seeded
    resets, ``options={"task": row}``, a correct answer, a malformed turn, reward
    components, truncation after ``max_turns``);
-7. a scripted rollout through the real tokenizer (``check_rollout_masks``): the action
+8. a scripted rollout through the real tokenizer (``check_rollout_masks``): the action
    mask is 1 exactly on the policy's tokens, whose text is the policy's text, and the
    0-runs decode to exactly the prompt and the observations; generation logprobs are 0
    where the mask is 0.
 
-It lives here, not in ``agentsearch.envs``, because check 7 runs a rollout: the rollout
+It lives here, not in ``agentsearch.envs``, because checks 2 and 8 use a rollout: the rollout
 layer imports envs, never the other way round.
 
 Each failure says what broke; the exit status is the number of failed ids (0 = all passed).
@@ -26,6 +29,7 @@ import warnings
 
 from agentsearch.envs.checker import _answer_action, _check, _probe_action, check_text_env
 from agentsearch.rollout.backends import SamplingParams, ScriptedBackend
+from agentsearch.rollout.contract import RolloutContractError, check_rollout_contract
 from agentsearch.rollout.core import rollout
 
 __all__ = ["check_text_env", "check_rollout_masks", "main"]
@@ -115,9 +119,14 @@ def main(a) -> int:
                         env.close()
                     notes = sorted({str(w.message).strip() for w in caught
                                     if "gymnasium" in str(w.filename) or "WARN" in str(w.message)})
+                    problems = check_rollout_contract(gymnasium.make(env_id, **kw).unwrapped)
+                    if problems:
+                        raise RolloutContractError("the rollout contract is broken:\n- "
+                                                   + "\n- ".join(problems))
                     passed = check_text_env(gymnasium.make(env_id, **kw).unwrapped)
                     check_rollout_masks(lambda i=env_id, k=kw: gymnasium.make(i, **k).unwrapped)
-                    print(f"ok   {env_id} [{label}]: check_env, {', '.join(passed)}, rollout-masks")
+                    print(f"ok   {env_id} [{label}]: check_env, rollout-contract, {', '.join(passed)}, "
+                          "rollout-masks")
                     for n in notes:
                         print(f"     warning: {n}")
                 except Exception as e:  # noqa: BLE001 - report every env, then fail

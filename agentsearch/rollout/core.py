@@ -23,6 +23,10 @@ step's ``reward/*`` info keys, when present, are its components and must sum to 
 reward; a step without them (a user env that only returns a reward) counts it as
 ``reward/env``.
 
+What the rollout needs of an env (``reset``, ``astep``, ``stop_strings``, ``aclose``, the
+per-step info keys) is written down in ``agentsearch.rollout.contract.RolloutEnv``;
+``check_rollout_contract(env)`` checks an env against it.
+
 Event loops: ``rollout`` runs on a fresh loop per call unless given ``loop=`` (an
 ``EventLoop``); a training run passes one for the whole run, so loop-bound clients (the
 remote retriever's HTTP connection pool) are made once and closed at the end.
@@ -38,6 +42,7 @@ from dataclasses import dataclass, field, replace
 
 from agentsearch.envs.core import TextEnv, observation_text
 from agentsearch.rollout.backends import GenerationBackend, SamplingParams
+from agentsearch.rollout.contract import steps_synchronously
 from agentsearch.rollout.events import EventLoop
 
 __all__ = ["Episode", "RolloutStats", "rollout", "arollout", "EventLoop"]
@@ -253,7 +258,7 @@ def _task_id(r: _Run) -> str:
 async def _step(r: _Run, action: str):
     t0 = time.perf_counter()
     env_cls = type(r.env)
-    if isinstance(r.env, TextEnv) and env_cls.step is not TextEnv.step and env_cls.astep is TextEnv.astep:
+    if steps_synchronously(r.env):
         out = r.env.step(action)  # a user env that overrides only the synchronous ``step``
     else:
         out = await r.env.astep(action)
