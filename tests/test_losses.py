@@ -151,7 +151,7 @@ def test_policy_loss_dispatch():
 @pytest.mark.openrlhf
 @pytest.mark.parametrize("kind", ["grpo", "gspo"])
 def test_matches_openrlhf_policy_loss(kind):
-    from agentsearch.trainer.openrlhf.compat import import_openrlhf
+    from agentsearch.engines.openrlhf.compat import import_openrlhf
 
     import_openrlhf()
     from openrlhf.models.loss import PolicyLoss
