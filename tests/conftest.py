@@ -39,3 +39,20 @@ def small_world_path(tmp_path_factory):
     from agentsearch.data import world_dir
 
     return world_dir(seed=7, entities=300)
+
+
+@pytest.fixture
+def httpx_clients(monkeypatch):
+    """The list of every ``httpx.AsyncClient`` created during the test (instrumentation: the
+    real clients still run)."""
+    import httpx
+
+    made = []
+    real_init = httpx.AsyncClient.__init__
+
+    def counting_init(self, *args, **kwargs):
+        made.append(self)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(httpx.AsyncClient, "__init__", counting_init)
+    return made

@@ -89,7 +89,7 @@ def test_registered_replay_kind_is_reachable_from_config(my_kind):
 def test_builtin_replay_kinds_go_through_the_same_registry():
     from agentsearch.replay import strategies
 
-    assert sorted(strategies._REGISTRY) == sorted(BUILTIN_REPLAY)
+    assert sorted(strategies._REGISTRY.names()) == sorted(BUILTIN_REPLAY)
     for kind in BUILTIN_REPLAY:
         cfg = apply_overrides(TrainConfig, "tiny", [f"replay={kind}"])
         buf = build_replay(cfg)

@@ -223,7 +223,7 @@ def test_server_killed_while_client_waits(tmp_path):
         proc.wait(timeout=10)
 
 
-def test_one_event_loop_per_run_opens_one_http_client_and_closes_it(url, monkeypatch):
+def test_one_event_loop_per_run_opens_one_http_client_and_closes_it(url, httpx_clients):
     """Several rollouts on one ``EventLoop`` against the real server: the remote retriever
     opens ONE httpx.AsyncClient for the run, and closing the loop with the envs closes it."""
     from agentsearch.envs import SearchEnv
@@ -231,14 +231,7 @@ def test_one_event_loop_per_run_opens_one_http_client_and_closes_it(url, monkeyp
     from agentsearch.models import load_tokenizer
     from agentsearch.rollout import EventLoop, SamplingParams, ScriptedBackend, rollout
 
-    made = []
-    real_init = httpx.AsyncClient.__init__
-
-    def counting_init(self, *args, **kwargs):  # instrumentation: the real client still runs
-        made.append(self)
-        real_init(self, *args, **kwargs)
-
-    monkeypatch.setattr(httpx.AsyncClient, "__init__", counting_init)
+    made = httpx_clients
     tasks, policy = world_oracle(split="dev")
     retriever = RemoteRetriever(url)
     envs = [SearchEnv(split="dev", retriever=retriever) for _ in range(4)]

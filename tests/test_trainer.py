@@ -235,21 +235,13 @@ def test_presets_load_and_every_field_is_documented():
     assert missing == [], f"README config reference is stale: run scripts/config_reference.py ({missing[:5]})"
 
 
-def test_run_uses_one_event_loop_one_retriever_client_closed_at_end(tmp_path, monkeypatch):
+def test_run_uses_one_event_loop_one_retriever_client_closed_at_end(tmp_path, monkeypatch, httpx_clients):
     """Every rollout and eval of a run share one event loop: against a real retrieval server
     the run opens ONE httpx.AsyncClient (not one per step) and closes it at the end."""
-    import httpx
 
     from agentsearch.retrievers import load_retriever, serve_in_thread, world_index
 
-    made = []
-    real_init = httpx.AsyncClient.__init__
-
-    def counting_init(self, *args, **kwargs):  # instrumentation: the real client still runs
-        made.append(self)
-        real_init(self, *args, **kwargs)
-
-    monkeypatch.setattr(httpx.AsyncClient, "__init__", counting_init)
+    made = httpx_clients
     _register_every_turn_searches_env()  # a random tiny model searches every step and eval
     with serve_in_thread(load_retriever(world_index(seed=0, kind="bm25s"))) as url:
         train(_cfg("steps=3", "eval.limit=2", "eval.every=1", "env=tests/EverySearch-v0",

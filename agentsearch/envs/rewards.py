@@ -23,6 +23,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from agentsearch.registry import Registry
+
 __all__ = ["AnswerScore", "normalize_answer", "exact_match", "f1_score", "qa_score",
            "math_equal", "step_rewards", "REWARD_KEYS", "register_answer_reward",
            "unregister_answer_reward", "answer_reward", "answer_rewards"]
@@ -73,54 +75,36 @@ def f1_score(prediction: str, golden_answers: list[str]) -> float:
 AnswerReward = Callable[[str, list[str]], float]
 """``fn(prediction, golden_answers) -> reward`` of one final answer."""
 
-_ANSWER_REWARDS: dict[str, AnswerReward] = {}
-_BUILTIN_ANSWER_REWARDS = ("em", "f1")
+_ANSWER_REWARDS: Registry[AnswerReward] = Registry(
+    "answer_metric", "agentsearch.envs.rewards.register_answer_reward")
 
 
-def register_answer_reward(name: str, fn: AnswerReward | None = None, *, overwrite: bool = False):
+def register_answer_reward(name: str, fn: AnswerReward | None = None, *, overwrite: bool = False,
+                           _builtin: bool = False):
     """Register ``fn(prediction, golden_answers) -> float`` as the answer reward ``name``
     (``SearchEnv(answer_metric=name)``, ``env_kwargs.answer_metric=name``). A call or a
     decorator (``@register_answer_reward("mine")``); returns ``fn``. Built-in names ("em",
     "f1") are reserved; a taken name needs ``overwrite=True``."""
-    def add(f: AnswerReward) -> AnswerReward:
-        if not callable(f):
-            raise TypeError(f"register_answer_reward({name!r}, ...): must be callable, got {f!r}")
-        if name in _BUILTIN_ANSWER_REWARDS and name in _ANSWER_REWARDS:
-            raise ValueError(f"{name!r} is a built-in answer reward; pick another name")
-        if name in _ANSWER_REWARDS and not overwrite:
-            raise ValueError(f"answer reward {name!r} is already registered; pass overwrite=True")
-        _ANSWER_REWARDS[name] = f
-        return f
-
-    return add if fn is None else add(fn)
+    return _ANSWER_REWARDS.register(name, fn, overwrite=overwrite, builtin=_builtin)
 
 
 def unregister_answer_reward(name: str) -> None:
     """Remove a registered (non-built-in) answer reward."""
-    if name in _BUILTIN_ANSWER_REWARDS:
-        raise ValueError(f"{name!r} is a built-in answer reward and cannot be removed")
-    if _ANSWER_REWARDS.pop(name, None) is None:
-        raise ValueError(f"no answer reward {name!r} is registered; known: {answer_rewards()}")
+    _ANSWER_REWARDS.remove(name)
 
 
 def answer_rewards() -> list[str]:
     """Every registered answer reward name: the built-ins, then the user's."""
-    return list(_BUILTIN_ANSWER_REWARDS) + sorted(k for k in _ANSWER_REWARDS
-                                                  if k not in _BUILTIN_ANSWER_REWARDS)
+    return _ANSWER_REWARDS.names()
 
 
 def answer_reward(name: str) -> AnswerReward:
     """The answer reward registered as ``name``; unknown names are a ValueError listing the known."""
-    try:
-        return _ANSWER_REWARDS[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"answer_metric {name!r} is not a registered answer reward; choose from "
-                         f"{answer_rewards()} (or register your own with "
-                         "agentsearch.envs.rewards.register_answer_reward)") from None
+    return _ANSWER_REWARDS.get(name)
 
 
-register_answer_reward("em", exact_match)
-register_answer_reward("f1", f1_score)
+register_answer_reward("em", exact_match, _builtin=True)
+register_answer_reward("f1", f1_score, _builtin=True)
 
 
 def qa_score(answer: str, golden_answers: list[str], metric: str = "em") -> AnswerScore:

@@ -29,6 +29,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from agentsearch.registry import Registry
 from agentsearch.replay.buffer import HeadroomDriftBuffer, ScoreFn, Selection
 from agentsearch.replay.groups import ReplayGroup
 
@@ -72,11 +73,12 @@ BUILTIN_KINDS: dict[str, tuple[str, bool]] = {
     "hdr": ("headroom", True),
 }
 
-_REGISTRY: dict[str, Callable[..., ReplayStrategy]] = {}
+_REGISTRY: Registry[Callable[..., ReplayStrategy]] = Registry(
+    "replay kind", "agentsearch.replay.register_replay")
 
 
 def register_replay(name: str, factory: Callable[..., ReplayStrategy] | None = None, *,
-                    overwrite: bool = False):
+                    overwrite: bool = False, _builtin: bool = False):
     """Make ``make_replay(name, **kwargs)`` (and ``replay.kind=name`` in a config) call
     ``factory(**kwargs)``. Use as a call, ``register_replay("mine", factory)``, or as a
     decorator, ``@register_replay("mine")``; returns the factory.
@@ -86,31 +88,17 @@ def register_replay(name: str, factory: Callable[..., ReplayStrategy] | None = N
     should take ``**kwargs``. Built-in names are reserved; registering a taken name again
     needs ``overwrite=True``. ``unregister_replay(name)`` removes it.
     """
-    def add(f: Callable[..., ReplayStrategy]) -> Callable[..., ReplayStrategy]:
-        if not callable(f):
-            raise TypeError(f"register_replay({name!r}, ...): the factory must be callable, got {f!r}")
-        if name in BUILTIN_KINDS and name in _REGISTRY:
-            raise ValueError(f"{name!r} is a built-in replay kind; pick another name")
-        if name in _REGISTRY and not overwrite:
-            raise ValueError(f"replay kind {name!r} is already registered; pass overwrite=True "
-                             "to replace it")
-        _REGISTRY[name] = f
-        return f
-
-    return add if factory is None else add(factory)
+    return _REGISTRY.register(name, factory, overwrite=overwrite, builtin=_builtin)
 
 
 def unregister_replay(name: str) -> None:
     """Remove a registered (non-built-in) replay kind."""
-    if name in BUILTIN_KINDS:
-        raise ValueError(f"{name!r} is a built-in replay kind and cannot be removed")
-    if _REGISTRY.pop(name, None) is None:
-        raise ValueError(f"no replay kind {name!r} is registered; known: {replay_kinds()}")
+    _REGISTRY.remove(name)
 
 
 def replay_kinds() -> list[str]:
     """Every name ``make_replay`` accepts: the built-ins, then the registered ones."""
-    return list(BUILTIN_KINDS) + sorted(k for k in _REGISTRY if k not in BUILTIN_KINDS)
+    return _REGISTRY.names()
 
 
 def make_replay(kind: str, **kwargs: Any) -> ReplayStrategy:
@@ -122,12 +110,7 @@ def make_replay(kind: str, **kwargs: Any) -> ReplayStrategy:
     ``headroom_weighting``, ``drift_kind``, ``success_threshold``, ``seed``,
     ``drought_steps``. ``order`` and ``gate`` are fixed by the kind.
     """
-    try:
-        factory = _REGISTRY[kind]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown replay kind {kind!r}; choose from {replay_kinds()} "
-                         "(or register your own with agentsearch.replay.register_replay)") from None
-    return factory(**kwargs)
+    return _REGISTRY.get(kind)(**kwargs)
 
 
 def _builtin(kind: str) -> Callable[..., ReplayStrategy]:
@@ -155,5 +138,5 @@ def _builtin(kind: str) -> Callable[..., ReplayStrategy]:
 
 
 for _kind in BUILTIN_KINDS:  # the built-ins go through the same registry as a user's kinds
-    register_replay(_kind, _builtin(_kind))
+    register_replay(_kind, _builtin(_kind), _builtin=True)
 del _kind

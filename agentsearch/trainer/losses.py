@@ -39,6 +39,8 @@ from typing import Any, Literal, NamedTuple
 
 import torch
 
+from agentsearch.registry import Registry
+
 __all__ = ["LossStats", "policy_loss", "grpo_loss", "gspo_loss", "cispo_loss", "kl_penalty",
            "overlong_penalty", "sft_loss", "masked_mean", "AGGREGATION", "aggregation",
            "loss_normalizer", "LossSpec", "register_loss", "unregister_loss", "loss_spec",
@@ -63,13 +65,13 @@ class LossSpec:
     """``check(train_config) -> problems`` (e.g. clip ranges); run by ``TrainConfig``."""
 
 
-_LOSSES: dict[str, LossSpec] = {}
-_BUILTIN_LOSSES = ("grpo", "gspo", "cispo")
+_LOSSES: Registry[LossSpec] = Registry("loss", "agentsearch.trainer.losses.register_loss")
 
 
 def register_loss(name: str, fn: Callable[..., LossStats] | None = None, *,
                   aggregation: Mapping[str, Unit] | None = None, dual_clip: bool = False,
-                  check: Callable[[Any], list[str]] | None = None, overwrite: bool = False):
+                  check: Callable[[Any], list[str]] | None = None, overwrite: bool = False,
+                  _builtin: bool = False):
     """Register a loss under ``name`` (then ``loss=name`` in a config uses it); returns ``fn``.
 
     A call (``register_loss("mine", fn, aggregation=...)``) or a decorator
@@ -84,55 +86,42 @@ def register_loss(name: str, fn: Callable[..., LossStats] | None = None, *,
         raise ValueError(f"register_loss({name!r}): aggregation must map each of {list(AGGS)} to "
                          f"one of {list(AGGS)}, got {agg_map}")
 
-    def add(f: Callable[..., LossStats]) -> Callable[..., LossStats]:
-        if not callable(f):
-            raise TypeError(f"register_loss({name!r}, ...): the loss must be callable, got {f!r}")
-        if name in _BUILTIN_LOSSES and name in _LOSSES:
-            raise ValueError(f"{name!r} is a built-in loss; pick another name")
-        if name in _LOSSES and not overwrite:
-            raise ValueError(f"loss {name!r} is already registered; pass overwrite=True to replace it")
-        _LOSSES[name] = LossSpec(f, agg_map, dual_clip=dual_clip, check=check)
-        return f
-
-    return add if fn is None else add(fn)
+    return _LOSSES.register(name, fn, overwrite=overwrite, builtin=_builtin,
+                            wrap=lambda f: LossSpec(f, agg_map, dual_clip=dual_clip, check=check))
 
 
 def unregister_loss(name: str) -> None:
     """Remove a registered (non-built-in) loss."""
-    if name in _BUILTIN_LOSSES:
-        raise ValueError(f"{name!r} is a built-in loss and cannot be removed")
-    if _LOSSES.pop(name, None) is None:
-        raise ValueError(f"no loss {name!r} is registered; known: {loss_names()}")
+    _LOSSES.remove(name)
 
 
 def loss_names() -> list[str]:
     """Every registered loss name: the built-ins, then the user's."""
-    return list(_BUILTIN_LOSSES) + sorted(k for k in _LOSSES if k not in _BUILTIN_LOSSES)
+    return _LOSSES.names()
 
 
 def loss_spec(kind: str) -> LossSpec:
     """The registered loss ``kind``; an unknown name is a ValueError listing the known ones."""
-    try:
-        return _LOSSES[kind]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown loss {kind!r}; choose from {loss_names()} (or register your "
-                         "own with agentsearch.trainer.losses.register_loss)") from None
+    return _LOSSES.get(kind)
 
 
 class _AggregationView(Mapping):
     """``AGGREGATION[loss][agg] -> unit``, read from the registry."""
 
     def __getitem__(self, kind: str) -> Mapping[str, Unit]:
-        return _LOSSES[kind].aggregation
+        try:
+            return _LOSSES.get(kind).aggregation
+        except ValueError:
+            raise KeyError(kind) from None
 
     def __iter__(self) -> Iterator[str]:
-        return iter(list(_LOSSES))
+        return iter(_LOSSES.names())
 
     def __len__(self) -> int:
-        return len(_LOSSES)
+        return len(_LOSSES.names())
 
     def __repr__(self) -> str:
-        return repr({k: dict(v.aggregation) for k, v in _LOSSES.items()})
+        return repr({k: dict(self[k]) for k in self})
 
 
 AGGREGATION: Mapping[str, Mapping[str, Unit]] = _AggregationView()
@@ -271,10 +260,10 @@ def _gspo_check(cfg) -> list[str]:
     return []
 
 
-register_loss("grpo", grpo_loss, dual_clip=True)
+register_loss("grpo", grpo_loss, dual_clip=True, _builtin=True)
 register_loss("gspo", gspo_loss, aggregation={"token": "sequence", "sequence": "sequence"},
-              check=_gspo_check)  # sequence-level by definition
-register_loss("cispo", cispo_loss)
+              check=_gspo_check, _builtin=True)  # sequence-level by definition
+register_loss("cispo", cispo_loss, _builtin=True)
 
 
 def policy_loss(kind: str, *args, **kwargs) -> LossStats:
