@@ -253,6 +253,29 @@ def test_run_uses_one_event_loop_one_retriever_client_closed_at_end(tmp_path, mo
     assert len(made) == 1 and made[0].is_closed
 
 
+def test_a_run_that_crashes_still_closes_its_retriever_client(tmp_path, monkeypatch, httpx_clients):
+    """A failure mid-run (here: the update raises on step 2) propagates, and the run's event
+    loop still closes the envs' retriever client on the way out."""
+    import agentsearch.trainer.loop as loop_module
+    from agentsearch.retrievers import load_retriever, serve_in_thread, world_index
+
+    real_update, calls = loop_module.policy_update, []
+
+    def failing_update(*args, **kwargs):  # fault injection around the real update
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("injected failure")
+        return real_update(*args, **kwargs)
+
+    monkeypatch.setattr(loop_module, "policy_update", failing_update)
+    _register_every_turn_searches_env()
+    with serve_in_thread(load_retriever(world_index(seed=0, kind="bm25s"))) as url:
+        with pytest.raises(RuntimeError, match="injected failure"):
+            train(_cfg("steps=3", "eval.limit=2", "env=tests/EverySearch-v0", f"env_kwargs.index={url}"),
+                  tmp_path, quiet=True)
+    assert len(httpx_clients) == 1 and httpx_clients[0].is_closed
+
+
 def _register_every_turn_searches_env():
     """The search env, but every turn that is not the last searches for its own text."""
     import gymnasium

@@ -47,11 +47,17 @@ async def aclose_all(resources: Iterable[Any]) -> None:
 
 class EventLoop:
     """One asyncio loop for a run: ``run(coro)`` runs a coroutine on it to completion;
-    ``close(*resources)`` closes the resources on it (see ``aclose_all``), then the loop."""
+    ``close(*resources)`` closes the resources on it (see ``aclose_all``), then the loop.
+    ``own(*resources)`` registers resources that ``close()`` (and leaving a ``with`` block,
+    an exception included) closes too, so a run that crashes still closes its clients."""
 
     def __init__(self, *, debug: bool | None = None):
         self._runner = asyncio.Runner(debug=debug)
+        self._owned: list[Any] = []
         self.closed = False
+
+    def own(self, *resources: Any) -> None:
+        self._owned.extend(resources)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -69,7 +75,7 @@ class EventLoop:
         if self.closed:
             return
         flat: list[Any] = []
-        for r in resources:
+        for r in (*self._owned, *resources):
             if isinstance(r, (list, tuple, set)):
                 flat.extend(r)
             else:

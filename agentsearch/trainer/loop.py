@@ -66,7 +66,14 @@ __all__ = ["train", "main"]
 
 
 def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet: bool = False) -> dict:
-    run_dir = Path(run_dir)
+    """Run (or resume) the training of ``cfg`` in ``run_dir``; returns the last eval's metrics.
+    One event loop serves every rollout of the run; it and the envs' clients are closed at
+    the end, also when the run fails."""
+    with EventLoop() as events:
+        return _train(cfg, Path(run_dir), events, resume=resume, quiet=quiet)
+
+
+def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, quiet: bool) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     dump(cfg, run_dir / "config.yaml")
     seed_everything(cfg.seed)
@@ -80,10 +87,11 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
     health = HealthMonitor(replay_kind=cfg.replay.kind)  # health/* alarms: a run that learns nothing says so
     n_episodes = cfg.prompts_per_step * cfg.group_size
     envs = build_envs(cfg, n_episodes, split="train")
-    events = EventLoop()  # one asyncio loop for every rollout of the run (closed at the end)
+    events.own(envs)  # their tools and retriever clients close with the loop
     preflight(envs[0], loop=events)
     sampler = TaskSampler(envs[0].tasks, seed=cfg.seed)
     eval_env_list, eval_tasks = eval_envs(cfg)
+    events.own(eval_env_list)
     scorer = make_score_fn(model, temperature=cfg.generation.temperature)
     scored = {"tokens": 0.0}
 
@@ -105,6 +113,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
         sft_metrics["time/sft"] = time.perf_counter() - t0
         log.info("warm start: %s", ", ".join(f"{k.split('/')[-1]} {v:.4g}" for k, v in sft_metrics.items()))
     backend = build_backend(cfg, model, tok)
+    events.own(backend)  # a vLLM engine shuts down with the run
     logger = MetricsLogger(run_dir, tensorboard=cfg.tensorboard, wandb_project=cfg.wandb_project,
                            config=json.loads(json.dumps(cfg.__dict__, default=str)))
     logger.truncate_after(step)
@@ -191,9 +200,6 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
     progress.close()
     save_final(model, tok, run_dir / "final")
     logger.close()
-    events.close(envs, eval_env_list)  # the envs' tools and retriever clients, then the loop
-    if hasattr(backend, "close"):
-        backend.close()
     return last
 
 
