@@ -22,7 +22,6 @@ from agentsearch.replay import (
 )
 from agentsearch.trainer.config import TrainConfig
 from agentsearch.trainer.losses import (
-    AGGREGATION,
     LossStats,
     grpo_loss,
     loss_names,
@@ -148,7 +147,7 @@ def my_loss():
 
 
 def test_registered_loss_is_validated_by_the_config(my_loss):
-    assert "my_loss" in loss_names() and AGGREGATION["my_loss"]["token"] == "sequence"
+    assert "my_loss" in loss_names() and loss_spec("my_loss").aggregation["token"] == "sequence"
     cfg = apply_overrides(TrainConfig, "tiny", ["loss=my_loss"])
     assert cfg.loss == "my_loss"
     with pytest.raises(ConfigError, match="my_loss wants clip_low <= 0.5"):  # the loss's own check
@@ -167,7 +166,7 @@ def test_unknown_loss_lists_the_known_ones():
     assert all(repr(k) in str(e.value) for k in ("grpo", "gspo", "cispo"))
     with pytest.raises(ValueError, match="unknown loss 'my_loss'"):
         loss_spec("my_loss")
-    assert "my_loss" not in AGGREGATION and sorted(AGGREGATION) == ["cispo", "grpo", "gspo"]
+    assert "my_loss" not in loss_names() and sorted(loss_names()) == ["cispo", "grpo", "gspo"]
     with pytest.raises(ValueError, match="aggregation must map"):
         register_loss("bad", doubled_grpo, aggregation={"token": "tokens"})
 

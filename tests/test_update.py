@@ -13,7 +13,7 @@ from agentsearch.rollout import Episode
 from agentsearch.trainer.config import GenerationConfig, TrainConfig
 from agentsearch.trainer.groups import episodes_to_groups, rescore
 from agentsearch.trainer.logprobs import make_score_fn, token_logprobs
-from agentsearch.trainer.losses import AGGREGATION, kl_penalty, loss_normalizer, policy_loss
+from agentsearch.trainer.losses import kl_penalty, loss_names, loss_normalizer, policy_loss
 from agentsearch.trainer.setup import build_optimizer
 from agentsearch.trainer.update import Row, pad_rows, policy_update, rows_of
 
@@ -147,7 +147,7 @@ def test_loss_normalizer_table():
     assert loss_normalizer("grpo", "token", masks) == 5.0
     assert loss_normalizer("cispo", "token", masks) == 5.0
     assert loss_normalizer("gspo", "token", masks) == 2.0
-    assert all(loss_normalizer(k, "sequence", masks) == 2.0 for k in AGGREGATION)
+    assert all(loss_normalizer(k, "sequence", masks) == 2.0 for k in loss_names())
     assert loss_normalizer("grpo", "token", [torch.zeros(3, dtype=torch.bool)]) == 1.0
     with pytest.raises(ValueError, match="unknown loss"):
         loss_normalizer("ppo2", "token", masks)

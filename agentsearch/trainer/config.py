@@ -220,7 +220,7 @@ class TrainConfig:
     loss with ``dual_clip=True``)."""
     agg: Literal["token", "sequence"] = "token"
     """Loss aggregation: over all tokens of the batch (DAPO) or mean of sequence means (GRPO);
-    GSPO is per sequence either way (``losses.AGGREGATION``)."""
+    GSPO is per sequence either way (``losses.aggregation``)."""
     advantage_scale: Literal["std", "none"] = "std"
     """Divide group-centred rewards by the group std (GRPO) or not (Dr. GRPO)."""
     dynamic_sampling: bool = False

@@ -15,8 +15,8 @@ takes ``dual_clip`` and an optional config check. ``TrainConfig.loss`` is any re
     def my_loss(logprobs, old_logprobs, advantages, mask, *, clip_low, clip_high, dual_clip,
                 agg, normalizer=None) -> LossStats: ...
 
-Aggregation: ``AGGREGATION[loss][agg]`` (a view of the registry) says what each loss sums and
-what the sum is divided by (``aggregation``, ``loss_normalizer``):
+Aggregation: ``aggregation(loss, agg)`` (the registered ``LossSpec.aggregation``) says what
+each loss sums and what the sum is divided by (``loss_normalizer``):
 - ``"token"``: sum over all masked tokens / number of masked tokens (DAPO's token-level
   loss; OpenRLHF's ``token_level_loss=True``): GRPO and CISPO with ``agg="token"``;
 - ``"sequence"``: sum over sequences of each sequence's token mean / number of sequences
@@ -33,7 +33,7 @@ arXiv 2507.18071); CISPO (MiniMax-M1, arXiv 2506.13585); k3 KL estimator (Schulm
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -42,7 +42,7 @@ import torch
 from agentsearch.registry import Registry
 
 __all__ = ["LossStats", "policy_loss", "grpo_loss", "gspo_loss", "cispo_loss", "kl_penalty",
-           "overlong_penalty", "sft_loss", "masked_mean", "AGGREGATION", "aggregation",
+           "overlong_penalty", "sft_loss", "masked_mean", "aggregation",
            "loss_normalizer", "LossSpec", "register_loss", "unregister_loss", "loss_spec",
            "loss_names"]
 
@@ -105,28 +105,6 @@ def loss_spec(kind: str) -> LossSpec:
     return _LOSSES.get(kind)
 
 
-class _AggregationView(Mapping):
-    """``AGGREGATION[loss][agg] -> unit``, read from the registry."""
-
-    def __getitem__(self, kind: str) -> Mapping[str, Unit]:
-        try:
-            return _LOSSES.get(kind).aggregation
-        except ValueError:
-            raise KeyError(kind) from None
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(_LOSSES.names())
-
-    def __len__(self) -> int:
-        return len(_LOSSES.names())
-
-    def __repr__(self) -> str:
-        return repr({k: dict(self[k]) for k in self})
-
-
-AGGREGATION: Mapping[str, Mapping[str, Unit]] = _AggregationView()
-
-
 class LossStats(NamedTuple):
     loss: torch.Tensor        # scalar, differentiable
     clip_frac: torch.Tensor   # share of masked tokens whose ratio was clipped
@@ -143,7 +121,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
 
 
 def aggregation(kind: str, agg: str) -> Unit:
-    """The unit ``kind``'s loss is averaged over under ``agg`` (see ``AGGREGATION``)."""
+    """The unit ``kind``'s loss is averaged over under ``agg`` (``LossSpec.aggregation``)."""
     table = loss_spec(kind).aggregation
     if agg not in table:
         raise ValueError(f"agg={agg!r}: use 'token' or 'sequence'")
