@@ -49,24 +49,19 @@ def check_base(folder: Path = BASE_DIR) -> dict:
 
 
 def load_base(folder: Path = BASE_DIR, *, dtype=None, device: str | None = None):
-    """``(model, tokenizer)`` of the shipped base (checked by ``check_base``)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
+    """``(model, tokenizer)`` of the shipped base, checked by ``check_base`` and then loaded
+    like any model folder (``models.load_model``); a folder that does not load is a clear
+    error naming the build script."""
     from agentsearch.config import ConfigError
-    from agentsearch.models import load_tokenizer
+    from agentsearch.models import load_model
 
     check_base(folder)
-    tok = load_tokenizer(str(folder))
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True,
-                                                     dtype=dtype or torch.float32)
+        model, tok = load_model(str(folder), dtype=dtype, device=device)
     except Exception as e:  # noqa: BLE001 - safetensors/transformers raise many kinds
         raise ConfigError(f"the shipped base in {folder} does not load ({type(e).__name__}: {e}); "
                           f"{_REBUILD}") from None
     if model.config.vocab_size < len(tok):
         raise ConfigError(f"the base's vocabulary ({model.config.vocab_size}) is smaller than its "
                           f"tokenizer's ({len(tok)}); {_REBUILD}")
-    if device is not None:
-        model = model.to(device)
     return model, tok

@@ -167,10 +167,7 @@ def load_model(name_or_path: str = "tiny", *, dtype: Any = None, device: str | N
     if name_or_path == "tiny-base":  # the shipped base (agentsearch.base_model)
         from agentsearch.base_model import load_base
 
-        model, tok = load_base(dtype=dtype, device=device)
-        model.generation_config.pad_token_id = tok.pad_token_id
-        model.generation_config.eos_token_id = tok.eos_token_id
-        return model, tok
+        return load_base(dtype=dtype, device=device)
     tok = load_tokenizer(name_or_path)
     if name_or_path in MODEL_SIZES:
         if seed is not None:
