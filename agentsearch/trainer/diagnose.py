@@ -81,28 +81,14 @@ def diagnose(backend, envs, tasks: list[dict], *, max_new_tokens: int, max_turns
 def main(a) -> int:
     """``agentsearch diagnose``: the table for a model (default: the preset's) or a run."""
     import json
-    from pathlib import Path
 
     from rich.console import Console
     from rich.table import Table
 
-    from agentsearch.config import apply_overrides
     from agentsearch.rollout.hf import HFBackend
-    from agentsearch.trainer.config import TrainConfig
-    from agentsearch.trainer.eval import eval_envs
-    from agentsearch.trainer.setup import build_policy
+    from agentsearch.trainer.eval import cli_policy, eval_envs
 
-    overrides = list(a.overrides)
-    if a.run:
-        cfg = apply_overrides(TrainConfig, str(Path(a.run) / "config.yaml"),
-                              overrides + [f"init_from={Path(a.run) / 'final'}"])
-    else:
-        cfg = apply_overrides(TrainConfig, a.preset, overrides + ([f"model={a.model}"] if a.model else []))
-    if cfg.threads:
-        import torch
-
-        torch.set_num_threads(cfg.threads)
-    model, tok = build_policy(cfg)
+    cfg, model, tok = cli_policy(a)
     envs, tasks = eval_envs(cfg, split=a.split, limit=a.limit, n=1)
     table = diagnose(HFBackend(model, tok), envs, tasks, max_new_tokens=cfg.generation.max_new_tokens,
                      max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len, seed=cfg.seed)

@@ -19,7 +19,7 @@ from collections import defaultdict
 
 from agentsearch.rollout import SamplingParams, rollout
 
-__all__ = ["evaluate", "eval_settings", "main"]
+__all__ = ["evaluate", "eval_settings", "eval_envs", "cli_policy", "main"]
 
 
 def eval_settings(cfg) -> dict:
@@ -119,27 +119,41 @@ def write_samples(episodes, tasks: list[dict], n: int, path, *, tokenizer, per_b
     path.write_text("\n".join(parts))
 
 
-def main(a) -> int:
-    """``agentsearch eval``: a run's final model, or a model by name, on a split or file.
-    Unless given on the command line, the split, question count, samples and temperature are
-    the run's (or preset's) ``eval`` settings."""
-    import json
+def cli_policy(a):
+    """``(cfg, model, tok)`` for a CLI command that evaluates a model: ``--run RUN`` (its
+    config and final weights) or ``--preset``/``--model``, plus ``key=value`` overrides; torch
+    threads as the config says."""
     from pathlib import Path
 
     from agentsearch.config import apply_overrides
     from agentsearch.trainer.config import TrainConfig
-    from agentsearch.trainer.setup import build_backend, build_policy
+    from agentsearch.trainer.setup import build_policy
 
     overrides = list(a.overrides)
     if a.run:
         final = Path(a.run) / "final"
         if not final.exists():
             raise FileNotFoundError(f"{a.run} has no final model (did the run finish?)")
-        cfg_path = Path(a.run) / "config.yaml"
-        cfg = apply_overrides(TrainConfig, str(cfg_path), overrides + [f"init_from={final}"])
+        cfg = apply_overrides(TrainConfig, str(Path(a.run) / "config.yaml"), overrides + [f"init_from={final}"])
     else:
         cfg = apply_overrides(TrainConfig, a.preset, overrides + ([f"model={a.model}"] if a.model else []))
+    if cfg.threads:
+        import torch
+
+        torch.set_num_threads(cfg.threads)
     model, tok = build_policy(cfg)
+    return cfg, model, tok
+
+
+def main(a) -> int:
+    """``agentsearch eval``: a run's final model, or a model by name, on a split or file.
+    Unless given on the command line, the split, question count, samples and temperature are
+    the run's (or preset's) ``eval`` settings."""
+    import json
+
+    from agentsearch.trainer.setup import build_backend
+
+    cfg, model, tok = cli_policy(a)
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
     split = a.split or cfg.eval.split
