@@ -31,7 +31,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS
 
 
 def _cli(*args: str) -> str:
-    """Run ``agentsearch ARGS`` in a subprocess; its stdout (stderr goes to our stderr)."""
+    """Run ``agentsearch ARGS`` in a subprocess; its stdout (its stderr is discarded)."""
     res = subprocess.run([sys.executable, "-m", "agentsearch", *args], env=ENV, stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, text=True)
     if res.returncode != 0:
@@ -45,10 +45,7 @@ def _eval(*args: str) -> dict:
 
 
 def _finished(run: Path) -> bool:
-    try:
-        return (run / "final").exists() and (run / "metrics.jsonl").exists()
-    except OSError:
-        return False
+    return (run / "final").exists() and (run / "metrics.jsonl").exists()
 
 
 def one_run(out: Path, kind: str, seed: int, extra: list[str], unseen: int) -> dict:
