@@ -90,6 +90,21 @@ def cmd_check_env(a) -> int:
     return check_main(a)
 
 
+def cmd_openrlhf(a) -> int:
+    from agentsearch.config import ConfigError
+
+    try:
+        if a.openrlhf_command == "smoke":
+            from agentsearch.engines.openrlhf.smoke import main as smoke_main
+
+            return smoke_main(a)
+        from agentsearch.engines.openrlhf.launch import launch, load_config
+
+        return launch(load_config(a.preset, a.overrides), dry_run=a.dry_run)
+    except ImportError as e:  # the openrlhf extra is missing, or another OpenRLHF version
+        raise ConfigError(str(e)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agentsearch", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -165,6 +180,19 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("check-env", help="run Gymnasium's check_env and our checks on env ids")
     s.add_argument("ids", nargs="*", help="env ids (default: every agentsearch/* id)")
     s.set_defaults(fn=cmd_check_env)
+
+    s = sub.add_parser("openrlhf", help="run on OpenRLHF (Ray + vLLM + DeepSpeed): launch, smoke")
+    osub = s.add_subparsers(dest="openrlhf_command", metavar="ACTION", required=True)
+    o = osub.add_parser("launch", help="build (and run) OpenRLHF's train_ppo_ray from a preset")
+    o.add_argument("--preset", default="openrlhf-tiny", help="an openrlhf-* preset or any training preset")
+    o.add_argument("overrides", nargs="*", help="key=value (train.replay.k_rep=64, vllm_engines=4, out=...)")
+    o.add_argument("--dry-run", action="store_true", help="write the run folder's files, print the command")
+    o.set_defaults(fn=cmd_openrlhf)
+    o = osub.add_parser("smoke", help="one CPU round of the real pieces; prints one JSON line")
+    o.add_argument("--out", default=None, help="work folder (default: a temporary one)")
+    o.add_argument("--prompts", type=int, default=4, help="prompts per round")
+    o.add_argument("--n", type=int, default=4, help="samples per prompt")
+    o.set_defaults(fn=cmd_openrlhf)
 
     s = sub.add_parser("world", help="generate a synthetic search world")
     s.add_argument("--seed", type=int, default=0)

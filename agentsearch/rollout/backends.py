@@ -42,6 +42,9 @@ class Generation:
 
 @runtime_checkable
 class GenerationBackend(Protocol):
+    """``generate`` may also be ``async def`` (a backend over an async engine, such as the
+    OpenRLHF agent executor's): ``arollout`` awaits what it returns when it is awaitable."""
+
     tokenizer: Any
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]: ...

@@ -35,6 +35,7 @@ remote retriever's HTTP connection pool) are made once and closed at the end.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -194,6 +195,8 @@ async def arollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | 
                              seed=None if params.seed is None else params.seed + 1000 * turn)
         t0 = time.perf_counter()
         gens = backend.generate([r.ids for r in active], gen_params)
+        if inspect.isawaitable(gens):  # an async backend (e.g. a served engine's client)
+            gens = await gens
         stats.time_generate += time.perf_counter() - t0
         stats.generate_calls += 1
         turn += 1

@@ -43,7 +43,7 @@ from typing import Any
 
 from agentsearch.rollout.backends import Generation, SamplingParams
 
-__all__ = ["VLLMBackend"]
+__all__ = ["VLLMBackend", "generation_from_output", "vllm_sampling_params"]
 
 
 def _model_folder(model, tokenizer, folder: Path) -> Path:
@@ -76,6 +76,33 @@ def _llvmlite_compat() -> None:
 
 
 _LLVMLITE_SAFE_CLASSES: dict[type, type] = {}
+
+
+def vllm_sampling_params(p: SamplingParams, i: int = 0):
+    """vLLM's ``SamplingParams`` for ours: one sample, the sampled token's logprob
+    (``logprobs=0``), stop strings, no special-token skipping; request ``i`` of a batch gets
+    seed ``p.seed + i``."""
+    from vllm import SamplingParams as VSP
+
+    return VSP(n=1, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k if p.top_k > 0 else -1,
+               max_tokens=p.max_new_tokens, stop=list(p.stop) or None, logprobs=0,
+               seed=None if p.seed is None else p.seed + i, skip_special_tokens=False,
+               spaces_between_special_tokens=False)
+
+
+def generation_from_output(c) -> Generation:
+    """Our ``Generation`` from one vLLM ``CompletionOutput`` requested with ``logprobs >= 0``:
+    the sampled ids, each one's logprob (vLLM keys them by token id), and why it stopped."""
+    ids = list(c.token_ids)
+    lps = [d[t].logprob if d and t in d else (next(iter(d.values())).logprob if d else 0.0)
+           for d, t in zip(c.logprobs or [], ids)]
+    if c.finish_reason == "length":
+        reason = "length"
+    elif isinstance(c.stop_reason, str):
+        reason = "stop"
+    else:
+        reason = "eos"
+    return Generation(token_ids=ids, logprobs=[float(x) for x in lps], finish_reason=reason)
 
 
 class VLLMBackend:
@@ -130,37 +157,15 @@ class VLLMBackend:
         runner = self.llm.llm_engine.model_executor.driver_worker.worker.model_runner
         runner.reload_weights(weights_iterator=((n, p.detach()) for n, p in model.state_dict().items()))
 
-    def _params(self, p: SamplingParams, i: int):
-        from vllm import SamplingParams as VSP
-
-        return VSP(n=1, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k if p.top_k > 0 else -1,
-                   max_tokens=p.max_new_tokens, stop=list(p.stop) or None, logprobs=0,
-                   seed=None if p.seed is None else p.seed + i, skip_special_tokens=False,
-                   spaces_between_special_tokens=False)
-
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         from vllm.inputs import TokensPrompt
 
         if not prompts:
             return []
         reqs = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
-        outs = self.llm.generate(reqs, [self._params(params, i) for i in range(len(prompts))],
+        outs = self.llm.generate(reqs, [vllm_sampling_params(params, i) for i in range(len(prompts))],
                                  lora_request=self._lora_request, use_tqdm=False)
-        result = []
-        for o in outs:
-            c = o.outputs[0]
-            ids = list(c.token_ids)
-            lps = [next(iter(d.values())).logprob if d else 0.0 for d in (c.logprobs or [])]
-            # logprobs come keyed by token id; take the sampled token's entry
-            lps = [d[t].logprob if d and t in d else lp for d, t, lp in zip(c.logprobs or [], ids, lps)]
-            if c.finish_reason == "length":
-                reason = "length"
-            elif isinstance(c.stop_reason, str):
-                reason = "stop"
-            else:
-                reason = "eos"
-            result.append(Generation(token_ids=ids, logprobs=[float(x) for x in lps], finish_reason=reason))
-        return result
+        return [generation_from_output(o.outputs[0]) for o in outs]
 
     def close(self) -> None:
         try:

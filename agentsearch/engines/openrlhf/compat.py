@@ -15,6 +15,26 @@ import importlib.util
 import sys
 import types
 
+SUPPORTED_VERSION = "0.11.2"
+"""The OpenRLHF release whose extension points agentsearch uses (``tests/test_openrlhf_pins.py``)."""
+
+
+def check_version() -> str:
+    """The installed OpenRLHF version; a clear ``ImportError`` when it is missing or another."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("openrlhf")
+    except PackageNotFoundError:
+        raise ImportError("OpenRLHF is not installed: the `openrlhf` extra needs openrlhf=="
+                          f"{SUPPORTED_VERSION}; `make install-test` installs it (--no-deps, see the "
+                          "Makefile), on GPUs `pip install openrlhf[vllm]==" + SUPPORTED_VERSION + "`") from None
+    if found != SUPPORTED_VERSION:
+        raise ImportError(f"OpenRLHF {found} is installed; agentsearch's OpenRLHF engine supports "
+                          f"{SUPPORTED_VERSION} only (it subclasses OpenRLHF's experience maker, sample "
+                          f"generator and trainer): pip install openrlhf=={SUPPORTED_VERSION}")
+    return found
+
 
 def import_openrlhf():
     """Import and return the ``openrlhf`` package, with the CPU shim if needed."""

@@ -1,0 +1,171 @@
+"""agentsearch environments inside OpenRLHF's rollout: the agent executor.
+
+OpenRLHF (0.11.2) loads a Python file given by ``--train.agent_func_path`` in every vLLM
+rollout actor and calls ``AgentExecutor().execute(prompt, label, sampling_params,
+max_length, hf_tokenizer, llm_engine)`` once per sample, concurrently on the actor's event
+loop. ``agent_func.py`` next to this module is that file; its ``AgentExecutor`` is the
+class below. It plays one episode of any registered agentsearch env with our own
+``arollout``, so the episode is token-for-token what our trainer would produce:
+
+- generation is token in, token out through the engine OpenRLHF passes
+  (``RolloutRayActor.generate``): sampled ids are kept as sampled, never decoded and
+  re-tokenised; the env's stop strings, our turn cap (``max_turns``) and per-turn token cap
+  (``max_new_tokens``) apply, and ``max_length`` is the episode's token budget;
+- environment observations are tokenised by the env's own tokenizer and lie outside
+  ``action_ranges``, so OpenRLHF's ``action_mask`` is 0 on them (and on the prompt);
+- tool calls are ``async`` (``env.astep``), so a slow search never blocks the engine's loop;
+  pointing ``env_kwargs.index`` at ``agentsearch serve`` makes every engine share one
+  retriever service instead of loading an index each;
+- the reward is the env's; its components, ``answer_correct``, turns and tool counts go to
+  ``extra_logs`` (OpenRLHF logs them per step); ``scores`` is ``answer_correct`` (0/1), which
+  OpenRLHF's dynamic filtering and pass@k evaluation read.
+
+What to play comes in the **label** (``task_label``): the env id, its kwargs, the task and
+the rollout caps, as JSON. ``agentsearch openrlhf launch`` writes such a prompt file
+(``{"prompt": question, "label": ...}`` per line) from any env's split.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from copy import deepcopy
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from agentsearch.engines.openrlhf.compat import import_openrlhf
+from agentsearch.rollout.backends import Generation, SamplingParams
+from agentsearch.rollout.core import Episode, arollout
+
+import_openrlhf()
+from openrlhf.utils.agent import AgentExecutorBase  # noqa: E402
+
+__all__ = ["AgentExecutor", "EngineBackend", "task_label", "parse_label", "episode_response",
+           "action_ranges", "LABEL_FORMAT"]
+
+LABEL_FORMAT = "agentsearch-task/1"
+
+
+def task_label(env: str, env_kwargs: dict, task: dict, *, max_turns: int, max_new_tokens: int) -> str:
+    """The label OpenRLHF carries for one prompt: everything the executor needs to play it."""
+    return json.dumps({"format": LABEL_FORMAT, "env": env, "env_kwargs": env_kwargs, "task": task,
+                       "max_turns": int(max_turns), "max_new_tokens": int(max_new_tokens)},
+                      sort_keys=True)
+
+
+def parse_label(label: Any) -> dict:
+    """Check and decode a ``task_label``; a clear ``ValueError`` for anything else."""
+    try:
+        spec = json.loads(label) if isinstance(label, str) else label
+    except json.JSONDecodeError as e:
+        raise ValueError(f"the agentsearch executor got a label that is not JSON ({e}): {str(label)[:80]!r}; "
+                         "write the prompt file with `agentsearch openrlhf launch`") from None
+    if not isinstance(spec, dict) or spec.get("format") != LABEL_FORMAT:
+        raise ValueError(f"the agentsearch executor needs labels of format {LABEL_FORMAT!r} "
+                         f"(agentsearch.engines.openrlhf.executor.task_label), got {str(label)[:80]!r}")
+    return spec
+
+
+def action_ranges(mask: list[int]) -> list[tuple[int, int]]:
+    """The ``[start, end)`` runs of 1 in an action mask (OpenRLHF's ``action_ranges``)."""
+    ranges, start = [], None
+    for i, m in enumerate([*mask, 0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            ranges.append((start, i))
+            start = None
+    return ranges
+
+
+def episode_response(ep: Episode, prompt: str, label: str, *, logprobs: bool) -> dict:
+    """OpenRLHF's executor result for one of our episodes (the keys ``MultiTurnAgentExecutor``
+    returns). ``extra_logs`` has the same keys for every episode of an env, as OpenRLHF's
+    ``Experience`` merging needs."""
+    turns = ep.info.get("turns") or [{}]
+    logs = {k: float(v) for k, v in sorted(ep.reward_components.items())}
+    logs.update({"answer_correct": float(bool(ep.answer_correct)), "turns": float(ep.num_turns),
+                 "tool_calls": float(ep.info.get("tool_calls", 0)),
+                 "tool_errors": float(ep.info.get("tool_errors", 0)),
+                 "malformed_turns": float(ep.info.get("malformed_turns", 0))})
+    return {"prompt": prompt, "label": label, "images": None, "mm_train_inputs": None,
+            "reward": float(ep.reward), "scores": float(bool(ep.answer_correct)),
+            "observation_tokens": list(ep.token_ids), "action_ranges": action_ranges(ep.action_mask),
+            "rollout_log_probs": [float(x) for x in ep.gen_logprobs] if logprobs else None,
+            "truncated": turns[-1].get("finish_reason") == "length", "extra_logs": logs}
+
+
+class EngineBackend:
+    """Our ``GenerationBackend`` over the engine OpenRLHF hands to ``execute`` (anything with
+    ``async generate(prompt_token_ids, vllm_sampling_params)`` returning a vLLM
+    ``RequestOutput``). ``generate`` is ``async``; ``arollout`` awaits it."""
+
+    def __init__(self, engine, tokenizer):
+        self.engine, self.tokenizer = engine, tokenizer
+
+    async def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        from agentsearch.rollout.vllm import generation_from_output, vllm_sampling_params
+
+        outs = await asyncio.gather(*(self.engine.generate(list(p), vllm_sampling_params(params, i))
+                                      for i, p in enumerate(prompts)))
+        return [generation_from_output(o.outputs[0]) for o in outs]
+
+
+@lru_cache(maxsize=8)
+def _own_tokenizer(path: str):
+    from agentsearch.models import load_tokenizer
+
+    return load_tokenizer(path)
+
+
+def env_tokenizer(hf_tokenizer):
+    """The tokenizer episodes are tokenised with. For a local model folder it is
+    ``agentsearch.models.load_tokenizer`` of that folder (it checks the folder's
+    ``tokenizer.json``: transformers 5 reloads our tiny models' tokenizer as a class that
+    pre-tokenises differently); otherwise the one OpenRLHF loaded."""
+    path = getattr(hf_tokenizer, "name_or_path", "") or ""
+    if path and (Path(path) / "tokenizer.json").exists():
+        return _own_tokenizer(str(Path(path).resolve()))
+    return hf_tokenizer
+
+
+class AgentExecutor(AgentExecutorBase):
+    """Plays one agentsearch episode per ``execute`` (module doc). Env instances are pooled per
+    (env id, kwargs) and reused: building one may load tasks or connect a retriever."""
+
+    def __init__(self):
+        self._free: dict[str, list] = {}
+
+    def _acquire(self, spec: dict):
+        key = json.dumps([spec["env"], spec.get("env_kwargs") or {}], sort_keys=True)
+        pool = self._free.setdefault(key, [])
+        if pool:
+            return key, pool.pop()
+        import gymnasium
+
+        import agentsearch.envs  # noqa: F401 - registers the ids
+
+        kwargs = dict(spec.get("env_kwargs") or {})
+        kwargs.setdefault("max_turns", spec["max_turns"])
+        try:
+            env = gymnasium.make(spec["env"], disable_env_checker=True, **kwargs).unwrapped
+        except gymnasium.error.Error as e:
+            raise ValueError(f"the agentsearch executor cannot make env {spec['env']!r}: {e}") from None
+        return key, env
+
+    async def execute(self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine,
+                      images=None):
+        spec = parse_label(label)
+        key, env = self._acquire(spec)
+        params = SamplingParams(max_new_tokens=spec["max_new_tokens"],
+                                temperature=float(sampling_params.temperature),
+                                top_p=float(sampling_params.top_p),
+                                top_k=max(int(sampling_params.top_k or 0), 0))
+        try:
+            episodes, _ = await arollout([env], [deepcopy(spec["task"])],
+                                         EngineBackend(llm_engine, env_tokenizer(hf_tokenizer)), params,
+                                         max_turns=spec["max_turns"], max_seq_len=int(max_length))
+        finally:
+            self._free[key].append(env)
+        return episode_response(episodes[0], prompt, label, logprobs=sampling_params.logprobs is not None)

@@ -1,0 +1,318 @@
+"""``agentsearch openrlhf launch``: our training config as an OpenRLHF ``train_ppo_ray`` run.
+
+    agentsearch openrlhf launch --preset openrlhf-search-r1 out=runs/orl [key=value ...] [--dry-run]
+
+The config (``OpenRLHFConfig``) is one of our training presets (``train.*``: env, model, LoRA,
+loss, replay, rollout sizes) plus how OpenRLHF lays the run out on the cluster. The launcher
+
+1. checks what would fail later, before Ray starts (``preflight``): the OpenRLHF version, the
+   extra, the env id, the model, a remote retriever's ``/health``;
+2. writes the prompt files into the run folder: one line per task, ``{"prompt": question,
+   "label": task_label(...)}`` (the executor plays the task the label names);
+3. builds the command ``python -m agentsearch.engines.openrlhf.entry --agentsearch-config
+   RUN/agentsearch.json <train_ppo_ray arguments>``, and parses its arguments with OpenRLHF's
+   own parser and post-parse checks (``parse_openrlhf_args``), so a command we print is one
+   OpenRLHF accepts;
+4. prints it (``--dry-run``) or runs it.
+
+Mapping: one optimizer step per rollout batch (``train.batch_size`` = the whole batch);
+``rollout.batch_size`` = ``prompts_per_step + replay.k_rep`` with replay (the step scans,
+accepts k <= k_rep groups and generates ``batch - k`` fresh prompts, so at least
+``prompts_per_step`` are fresh), ``prompts_per_step`` without; ``advantage_scale=std`` ->
+``group_norm`` (GRPO), ``none`` -> ``dr_grpo``; loss ``grpo`` -> OpenRLHF's ``ppo`` with
+``eps_clip_low_high = clip_low clip_high``, ``gspo`` -> ``gspo``; ``kl_coef`` -> KL as a loss
+(``k3``); ``steps x rollout.batch_size`` prompts are written (one episode over them).
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import shlex
+import subprocess
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentsearch.config import ConfigError, from_dict, load_preset, parse_overrides, to_dict
+from agentsearch.config import _merge as merge_dicts
+from agentsearch.trainer.config import TrainConfig
+
+__all__ = ["OpenRLHFConfig", "load_config", "preflight", "write_prompts", "build_command",
+           "parse_openrlhf_args", "launch"]
+
+
+@dataclass
+class OpenRLHFConfig:
+    """One OpenRLHF run of an agentsearch training config."""
+
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """Our training config (any training preset's keys, under ``train.``)."""
+    out: str = "runs/openrlhf"
+    """Run folder: prompt files, the settings file, OpenRLHF's checkpoints (``ckpt``), the
+    final model (``final``) and TensorBoard logs (``tb``). Must be on storage every node sees."""
+    num_nodes: int = 1
+    """Nodes for the actor (and reference) model."""
+    gpus_per_node: int = 1
+    """GPUs per node for the actor."""
+    vllm_engines: int = 1
+    """vLLM rollout engines."""
+    vllm_tensor_parallel: int = 1
+    """GPUs per vLLM engine."""
+    vllm_gpu_memory_utilization: float = 0.6
+    """Share of each GPU vLLM may take (colocated runs share it with the actor)."""
+    colocate_all: bool = True
+    """Actor, reference and vLLM engines share the GPUs (OpenRLHF's hybrid engine)."""
+    zero_stage: int = 2
+    """DeepSpeed ZeRO stage (3 shards the weights; the LoRA sync gathers them per layer)."""
+    param_dtype: str = "bf16"
+    """DeepSpeed parameter dtype (``bf16`` or ``fp16``)."""
+    micro_batch_size: int = 4
+    """Sequences per actor forward/backward in the update."""
+    rollout_micro_batch_size: int = 8
+    """Sequences per forward when making experience (and per replay-scan forward)."""
+    eval_questions: int = 200
+    """Dev questions in the eval prompt file (0 = no evaluation)."""
+    extra_args: list = field(default_factory=list)
+    """More ``train_ppo_ray`` arguments, passed as they are (e.g. ``["--logger.wandb.key", "..."]``)."""
+
+
+def load_config(preset: str | None, overrides: list[str]) -> OpenRLHFConfig:
+    """A launch config: an OpenRLHF preset, or any training preset (it becomes ``train``)."""
+    base = load_preset(preset) if preset else {}
+    if base and "train" not in base:  # a training preset
+        base = {"train": base}
+    if isinstance(base.get("train"), str):  # `train: tiny` names a training preset
+        base["train"] = load_preset(base["train"])
+    data = merge_dicts(base, parse_overrides(overrides))
+    train = from_dict(TrainConfig, data.pop("train", {}), prefix="train.")
+    return from_dict(OpenRLHFConfig, {**data, "train": train})
+
+
+def _replaying(cfg: OpenRLHFConfig) -> bool:
+    return cfg.train.replay.kind != "none" and cfg.train.replay.k_rep > 0
+
+
+def rollout_batch(cfg: OpenRLHFConfig) -> int:
+    return cfg.train.prompts_per_step + (cfg.train.replay.k_rep if _replaying(cfg) else 0)
+
+
+def preflight(cfg: OpenRLHFConfig) -> None:
+    """Everything that can be checked before Ray starts; a ``ConfigError`` says what to fix."""
+    from agentsearch.engines.openrlhf.compat import check_version
+
+    check_version()
+    t = cfg.train
+    import gymnasium
+
+    import agentsearch.envs  # noqa: F401 - registers the ids
+
+    if t.env not in gymnasium.registry:
+        known = sorted(k for k in gymnasium.registry if k.startswith("agentsearch/"))
+        raise ConfigError(f"train.env={t.env!r} is not a registered env; agentsearch's are {known}")
+    if t.loss not in ("grpo", "gspo"):
+        raise ConfigError(f"train.loss={t.loss!r}: OpenRLHF has the ppo-clip (grpo) and gspo losses")
+    if t.kl_coef > 0 and _replaying(cfg):
+        raise ConfigError("replay on OpenRLHF needs train.kl_coef=0: OpenRLHF puts the KL penalty "
+                          "into per-token rewards, which a replayed group's stored advantages lack")
+    if _replaying(cfg) and t.replay.k_rep >= rollout_batch(cfg):
+        raise ConfigError("train.replay.k_rep must leave at least one fresh prompt per step")
+    index = str(t.env_kwargs.get("index") or "")
+    if index.startswith(("http://", "https://")):
+        from agentsearch.retrievers.client import RemoteRetriever
+
+        try:
+            with RemoteRetriever(index, timeout=5.0, retries=1) as r:
+                r.health()
+        except Exception as e:  # noqa: BLE001 - any failure means the service is not usable
+            raise ConfigError(f"the retriever at {index} does not answer ({e}); start it with "
+                              "`agentsearch serve --index ...` on a host every node can reach") from None
+
+
+def model_path(cfg: OpenRLHFConfig, run: Path, *, write: bool) -> str:
+    """What OpenRLHF loads: a folder (our built-in names are written into ``run/model``),
+    or a Hugging Face id as given."""
+    t = cfg.train
+    source = t.init_from or t.model
+    if Path(source).exists():
+        return str(Path(source).resolve())
+    if source == "tiny-base":
+        from agentsearch.base_model import BASE_DIR
+
+        return str(BASE_DIR)
+    if source == "smollm2":
+        from agentsearch.models import smollm2_path
+
+        return str(smollm2_path())
+    from agentsearch.models import MODEL_SIZES
+
+    if source in MODEL_SIZES:  # built from a config: save it where every node can read it
+        folder = run / "model"
+        if write:
+            from agentsearch.models import load_model
+
+            model, tok = load_model(source, seed=t.seed)
+            model.save_pretrained(folder)
+            tok.save_pretrained(folder)
+        return str(folder.resolve())
+    return source
+
+
+def write_prompts(cfg: OpenRLHFConfig, run: Path) -> tuple[Path, Path | None]:
+    """The train (``steps x batch`` prompts, cycling the split) and eval prompt files."""
+    from agentsearch.engines.openrlhf.executor import task_label
+    from agentsearch.trainer.setup import TaskSampler, build_envs
+
+    t = cfg.train
+    run.mkdir(parents=True, exist_ok=True)
+
+    def rows(tasks):
+        return "".join(json.dumps({"prompt": task.get("question", str(task.get("id"))),
+                                   "label": task_label(t.env, t.env_kwargs, task, max_turns=t.max_turns,
+                                                       max_new_tokens=t.generation.max_new_tokens)}) + "\n"
+                       for task in tasks)
+
+    tasks = TaskSampler(build_envs(t, 1, split="train")[0].tasks, t.seed).sample(t.steps * rollout_batch(cfg))
+    train = run / "train.jsonl"
+    train.write_text(rows(tasks))
+    if cfg.eval_questions <= 0:
+        return train, None
+    questions = t.eval.questions
+    dev = build_envs(t, 1, split=t.eval.split, questions=questions)[0].tasks[: cfg.eval_questions]
+    evalf = run / "eval.jsonl"
+    evalf.write_text(rows(dev))
+    return train, evalf
+
+
+def openrlhf_arguments(cfg: OpenRLHFConfig, run: Path, model: str, train: Path,
+                       evalf: Path | None) -> list[str]:
+    """``train_ppo_ray`` arguments for ``cfg`` (module doc for the mapping)."""
+    from agentsearch.engines.openrlhf.engine import AGENT_FUNC_PATH
+
+    t = cfg.train
+    batch = rollout_batch(cfg)
+    args = {
+        "--actor.model_name_or_path": model, "--train.agent_func_path": AGENT_FUNC_PATH,
+        "--data.prompt_dataset": str(train), "--data.input_key": "prompt", "--data.label_key": "label",
+        "--data.max_samples": str(t.steps * batch), "--data.max_len": str(t.max_seq_len),
+        "--rollout.batch_size": str(batch), "--rollout.n_samples_per_prompt": str(t.group_size),
+        "--rollout.micro_batch_size": str(cfg.rollout_micro_batch_size),
+        "--rollout.max_new_tokens": str(t.generation.max_new_tokens),
+        "--rollout.temperature": str(t.generation.temperature), "--rollout.top_p": str(t.generation.top_p),
+        "--train.batch_size": str(batch * t.group_size), "--train.micro_batch_size": str(cfg.micro_batch_size),
+        "--train.num_episodes": "1", "--train.max_epochs": "1", "--train.seed": str(t.seed),
+        "--algo.advantage.estimator": "group_norm" if t.advantage_scale == "std" else "dr_grpo",
+        "--actor.policy_loss_type": "gspo" if t.loss == "gspo" else "ppo",
+        "--actor.loss_agg_mode": "token-mean" if t.agg == "token" else "seq-mean-token-mean",
+        "--actor.adam.lr": str(t.lr), "--actor.adam.weight_decay": str(t.weight_decay),
+        "--actor.max_norm": str(t.grad_clip),
+        "--algo.kl.init_coef": str(t.kl_coef), "--algo.kl.estimator": "k3" if t.kl_coef > 0 else "k1",
+        "--actor.num_nodes": str(cfg.num_nodes), "--actor.num_gpus_per_node": str(cfg.gpus_per_node),
+        "--ref.num_nodes": str(cfg.num_nodes), "--ref.num_gpus_per_node": str(cfg.gpus_per_node),
+        "--vllm.num_engines": str(cfg.vllm_engines), "--vllm.tensor_parallel_size": str(cfg.vllm_tensor_parallel),
+        "--vllm.gpu_memory_utilization": str(cfg.vllm_gpu_memory_utilization),
+        "--ds.zero_stage": str(cfg.zero_stage), "--ds.param_dtype": cfg.param_dtype,
+        "--ckpt.path": str(run / "ckpt"), "--ckpt.output_dir": str(run / "final"),
+        "--ckpt.save_steps": str(t.checkpoint_every), "--logger.tensorboard_dir": str(run / "tb"),
+    }
+    argv = [x for kv in args.items() for x in kv]
+    argv += ["--actor.eps_clip_low_high", str(t.clip_low), str(t.clip_high)]
+    if t.kl_coef > 0:
+        argv.append("--algo.kl.use_loss")
+    if t.dual_clip is not None:
+        argv += ["--actor.dual_clip", str(t.dual_clip)]
+    if t.dynamic_sampling:
+        argv.append("--algo.dynamic_filtering_enable")
+    if t.lora.enabled:
+        argv += ["--ds.lora.rank", str(t.lora.r), "--ds.lora.alpha", str(t.lora.alpha),
+                 "--ds.lora.dropout", str(t.lora.dropout), "--ds.lora.target_modules", *t.lora.target_modules]
+    if t.gradient_checkpointing:
+        argv.append("--actor.gradient_checkpointing_enable")
+    if cfg.colocate_all:
+        argv += ["--train.colocate_all", "--vllm.enable_sleep", "--ds.enable_sleep"]
+    if evalf is not None:
+        argv += ["--eval.dataset", str(evalf), "--eval.steps", str(t.eval.every or -1),
+                 "--eval.temperature", str(t.eval.temperature), "--eval.n_samples_per_prompt", str(t.eval.n)]
+    return argv + [str(a) for a in cfg.extra_args]
+
+
+def settings(cfg: OpenRLHFConfig) -> dict:
+    """What ``entry.py`` needs beyond OpenRLHF's arguments (written to RUN/agentsearch.json)."""
+    r = cfg.train.replay
+    replay = None if not _replaying(cfg) else {
+        "kind": r.kind, "capacity": r.capacity, "k_rep": r.k_rep, "tau": r.tau, "scan_chunk": r.scan_chunk,
+        "headroom_weighting": r.headroom_weighting, "drift_kind": r.drift_kind,
+        "success_threshold": r.success_threshold, "seed": cfg.train.seed}
+    return {"replay": replay, "lora": cfg.train.lora.enabled, "config": to_dict(cfg)}
+
+
+def build_command(cfg: OpenRLHFConfig, *, write: bool = True) -> list[str]:
+    """The full command (and, with ``write``, the run folder's files it reads)."""
+    run = Path(cfg.out)
+    run.mkdir(parents=True, exist_ok=True)
+    train, evalf = write_prompts(cfg, run)
+    (run / "agentsearch.json").write_text(json.dumps(settings(cfg), indent=1, default=str))
+    argv = openrlhf_arguments(cfg, run, model_path(cfg, run, write=write), train, evalf)
+    return [sys.executable, "-m", "agentsearch.engines.openrlhf.entry",
+            "--agentsearch-config", str(run / "agentsearch.json"), *argv]
+
+
+class _Parsed(Exception):
+    def __init__(self, args):
+        super().__init__("parsed")
+        self.parsed = args
+
+
+@contextmanager
+def _stop_before_ray():
+    """Run ``train_ppo_ray``'s ``__main__`` up to ``train(args)``'s first real step: Ray is
+    reported as initialised (so ``train`` does not start it) and ``get_strategy`` hands the
+    parsed, checked arguments back instead of building DeepSpeed."""
+    import openrlhf.utils as utils
+    import ray
+
+    def capture(args):
+        raise _Parsed(args)
+
+    saved = utils.get_strategy, ray.is_initialized
+    utils.get_strategy, ray.is_initialized = capture, (lambda: True)
+    try:
+        yield
+    finally:
+        utils.get_strategy, ray.is_initialized = saved
+
+
+def parse_openrlhf_args(argv: list[str]):
+    """``train_ppo_ray``'s arguments parsed and checked by OpenRLHF itself (its parser and the
+    assertions of its ``__main__``), as the nested namespace its code reads; a ``ConfigError``
+    when OpenRLHF refuses them."""
+    from agentsearch.engines.openrlhf.compat import import_openrlhf
+
+    import_openrlhf()
+    saved = sys.argv
+    sys.argv = ["train_ppo_ray", *argv]
+    try:
+        with _stop_before_ray():
+            runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__")
+    except _Parsed as p:
+        return p.parsed
+    except SystemExit as e:
+        raise ConfigError(f"OpenRLHF's train_ppo_ray parser refused the arguments (exit {e.code}); "
+                          "see its message above") from None
+    except Exception as e:  # noqa: BLE001 - its __main__ checks by assert, or fails on what it lacks
+        raise ConfigError(f"OpenRLHF refused the settings: {type(e).__name__}: {e}") from None
+    finally:
+        sys.argv = saved
+    raise ConfigError("train_ppo_ray ran to the end without reaching get_strategy")
+
+
+def launch(cfg: OpenRLHFConfig, *, dry_run: bool = False) -> int:
+    preflight(cfg)
+    cmd = build_command(cfg, write=not dry_run)
+    entry = cmd.index("--agentsearch-config")
+    parse_openrlhf_args(cmd[entry + 2:])
+    print(shlex.join(cmd), flush=True)
+    if dry_run:
+        return 0
+    return subprocess.call(cmd)
