@@ -130,7 +130,12 @@ def test_hdr_experience_maker_on_real_experiences(rig, tmp_path):
 
 
 def test_hdr_gate_that_rejects_replays_nothing(rig):
-    from agentsearch.engines.openrlhf.smoke import fp32_actor, make_hdr_maker, openrlhf_args, to_experiences
+    from agentsearch.engines.openrlhf.smoke import (
+        fp32_actor,
+        make_hdr_maker,
+        openrlhf_args,
+        to_experiences,
+    )
 
     args = openrlhf_args(BASE_DIR, batch=4, n=4)
     actor = fp32_actor(BASE_DIR)

@@ -33,7 +33,8 @@ def test_builtins_come_from_the_entry_point_group():
     eps = {ep.name: ep.value for ep in entry_points(group="agentsearch.tools")}
     assert eps == {"search": "agentsearch.envs.tools:SearchTool",
                    "calculator": "agentsearch.envs.tools:CalculatorTool",
-                   "python": "agentsearch.envs.tools:PythonTool"}
+                   "python": "agentsearch.envs.tools:PythonTool",
+                   "crop": "agentsearch.envs.images:CropTool"}
     assert set(eps) <= set(available_tools())
     for name, cls in [("search", SearchTool), ("calculator", CalculatorTool), ("python", PythonTool)]:
         tool = load_tool(name)

@@ -2,7 +2,8 @@
 
 - ``TextEnv`` (``core``): the contract. ``reset(seed, options) -> (obs, info)``,
   ``step(action) -> (obs, reward, terminated, truncated, info)``, ``await astep(action)``.
-- ``SearchEnv`` (``agentsearch/Search-v0``) and ``MathEnv`` (``agentsearch/Math-v0``).
+- ``SearchEnv`` (``agentsearch/Search-v0``), ``MathEnv`` (``agentsearch/Math-v0``) and
+  ``VisionEnv`` (``agentsearch/Vision-v0``: pictures in ``{"text", "images"}`` observations).
 - Tools (``tools``): the async ``Tool`` protocol and its registry (entry points of the
   ``agentsearch.tools`` group, or ``module:attr`` paths).
 - Rollouts live one layer up, in ``agentsearch.rollout`` (it imports envs, not the
@@ -24,9 +25,10 @@ from agentsearch.envs.tools import (
     load_tool,
     load_tools,
 )
+from agentsearch.envs.vision import VisionEnv, VisionEnvConfig
 
 register_envs()
 
 __all__ = ["TextEnv", "TextEnvConfig", "UnicodeText", "observation_text", "SearchEnv",
-           "SearchEnvConfig", "MathEnv", "MathEnvConfig", "Tool", "SearchTool", "CalculatorTool",
+           "SearchEnvConfig", "MathEnv", "MathEnvConfig", "VisionEnv", "VisionEnvConfig", "Tool", "SearchTool", "CalculatorTool",
            "PythonTool", "load_tool", "load_tools", "available_tools", "ENV_IDS", "register_envs"]

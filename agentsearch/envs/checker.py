@@ -30,7 +30,7 @@ def _probe_action(env, name: str) -> str:
 
     arg = tag_argument(tool)
     value = {"search": env.task["question"], "calculator": "6 * 7",
-             "python": "print(6 * 7)"}.get(name, "test")
+             "python": "print(6 * 7)", "crop": "top-left"}.get(name, "test")
     if env.config.turn_format == "tags":
         return f"<think>I should use {name}.</think>\n<{name}> {value} </{name}>"
     call = json.dumps({"name": name, "arguments": {arg: value}})

@@ -2,7 +2,7 @@
 
 ``import agentsearch.envs`` registers them, so ``gymnasium.make("agentsearch/Search-v0",
 turn_format="json", topk=5)`` works; keyword arguments are settings of the env's config
-(``SearchEnvConfig``, ``MathEnvConfig``) or its extra arguments (``tasks=``,
+(``SearchEnvConfig``, ``MathEnvConfig``, ``VisionEnvConfig``) or its extra arguments (``tasks=``,
 ``retriever=``). The envs handle ``max_turns`` themselves (no ``TimeLimit`` wrapper), and
 are deterministic for a seeded reset and a given action (``nondeterministic=False``).
 Bump the version of an id when its reward semantics change.
@@ -17,6 +17,7 @@ __all__ = ["ENV_IDS", "register_envs"]
 ENV_IDS = {
     "agentsearch/Search-v0": "agentsearch.envs.search:SearchEnv",
     "agentsearch/Math-v0": "agentsearch.envs.math:MathEnv",
+    "agentsearch/Vision-v0": "agentsearch.envs.vision:VisionEnv",
 }
 
 

@@ -7,8 +7,9 @@ and cuts long results. In the tag format a tool ``NAME`` is called as
 ``<NAME>text</NAME>``, the text going to its first required argument; in the JSON format
 the model writes ``{"name": NAME, "arguments": {...}}``.
 
-Built-ins (``search``, ``calculator``, ``python``) are registered in the
-``agentsearch.tools`` entry-point group in ``pyproject.toml``, exactly as a plug-in is.
+Built-ins (``search``, ``calculator``, ``python``; ``crop`` for image envs, in
+``agentsearch.envs.images``) are registered in the ``agentsearch.tools`` entry-point group
+in ``pyproject.toml``, exactly as a plug-in is.
 A plug-in package registers its own::
 
     # your package's pyproject.toml
@@ -61,7 +62,8 @@ ENTRY_POINT_GROUP = "agentsearch.tools"
 # Used only when the package metadata is missing (a source tree on sys.path, not installed).
 _BUILTIN_FALLBACK = {"search": "agentsearch.envs.tools:SearchTool",
                      "calculator": "agentsearch.envs.tools:CalculatorTool",
-                     "python": "agentsearch.envs.tools:PythonTool"}
+                     "python": "agentsearch.envs.tools:PythonTool",
+                     "crop": "agentsearch.envs.images:CropTool"}
 
 
 @runtime_checkable

@@ -28,6 +28,7 @@ import traceback
 import warnings
 
 from agentsearch.envs.checker import _answer_action, _check, _probe_action, check_text_env
+from agentsearch.envs.core import observation_text
 from agentsearch.rollout.backends import SamplingParams, ScriptedBackend
 from agentsearch.rollout.contract import RolloutContractError, check_rollout_contract
 from agentsearch.rollout.core import rollout
@@ -59,13 +60,13 @@ def check_rollout_masks(env_factory, tokenizer=None) -> None:
 
         def reset(**kw):
             obs, info = real_reset(**kw)
-            env_texts.append(obs)
+            env_texts.append(observation_text(obs))
             return obs, info
 
         async def astep(action):
             out = await real_astep(action)
             if not (out[2] or out[3]):
-                env_texts.append(out[0])
+                env_texts.append(observation_text(out[0]))
             return out
 
         e.reset, e.astep = reset, astep

@@ -222,7 +222,7 @@ async def arollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | 
         stats.time_tokenize += time.perf_counter() - t0
         t0 = time.perf_counter()
         results = await asyncio.gather(*(_step(r, a) for r, a in zip(stepping, actions)))
-        reward_s = sum(res[-1] for res in results)
+        reward_s = sum(res[3] for res in results)
         stats.time_reward += reward_s
         stats.time_env += time.perf_counter() - t0 - reward_s
         t0 = time.perf_counter()
@@ -241,6 +241,8 @@ async def arollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | 
                 r.ids += o_ids
                 r.mask += [0] * len(o_ids)
                 r.logprobs += [0.0] * len(o_ids)
+                if res[4]:  # an observation's images are kept only with its tokens
+                    r.info.setdefault("images", []).extend(res[4])
                 r.info["turns"][-1]["obs_tokens"] = len(o_ids)
         stats.time_tokenize += time.perf_counter() - t0
     episodes = [_finish(r, stats) for r in runs]
@@ -288,10 +290,9 @@ async def _step(r: _Run, action: str):
         r.info["answer"] = info["answer"]
     if info.get("answer_correct") is not None:
         r.answer_correct = bool(info["answer_correct"])
-    if isinstance(obs, dict) and obs.get("images"):
-        r.info.setdefault("images", []).extend(obs["images"])
     timing = getattr(r.env, "last_step_timing", {}) or {}
-    return observation_text(obs), terminated, truncated, float(timing.get("reward_s", 0.0))
+    images = list(obs["images"]) if isinstance(obs, dict) and obs.get("images") else []
+    return observation_text(obs), terminated, truncated, float(timing.get("reward_s", 0.0)), images
 
 
 def _truncate(r: _Run, why: str) -> None:

@@ -1,0 +1,303 @@
+"""The tiny VLM (agentsearch.vlm): built offline, image tokens, logprobs, save/load, errors."""
+
+import time
+
+import pytest
+import torch
+from PIL import Image
+
+from agentsearch.models import load_model, load_tokenizer
+from agentsearch.vlm import (
+    IMAGE_TOKEN,
+    ImageTokenSuppressor,
+    collate_pixel_values,
+    expand_image_tokens,
+    image_token_id,
+    load_vlm,
+    prepare_images,
+    save_vlm,
+    tiny_vlm,
+    tokens_per_image,
+    vlm_generate,
+    vlm_token_logprobs,
+)
+
+
+@pytest.fixture(scope="module")
+def vlm():
+    return tiny_vlm(seed=0)
+
+
+def _img(color, size=(64, 64), box=None):
+    im = Image.new("RGB", size, color)
+    if box:  # a white square somewhere: images that differ only in layout
+        im.paste((255, 255, 255), box)
+    return im
+
+
+def _left_padded(processor, texts, images):
+    processor.tokenizer.padding_side = "left"
+    try:
+        return processor(text=texts, images=images, return_tensors="pt", padding=True)
+    finally:
+        processor.tokenizer.padding_side = "right"
+
+
+def test_builds_offline_small_with_one_image_token(vlm):
+    model, proc = vlm
+    tok = proc.tokenizer
+    assert len(tok) == len(load_tokenizer("tiny")) + 1
+    assert image_token_id(model) == image_token_id(proc) == tok.convert_tokens_to_ids(IMAGE_TOKEN) == len(tok) - 1
+    assert model.get_input_embeddings().weight.shape[0] == model.config.text_config.vocab_size == len(tok)
+    assert model.lm_head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()  # tied
+    assert tokens_per_image(model) == tokens_per_image(proc) == 16  # (64 / 16)^2 patches, no CLS
+    assert 0.8e6 < sum(p.numel() for p in model.parameters()) < 2e6
+    assert sum(p.numel() for p in model.model.vision_tower.parameters()) < 0.2e6
+    a, _ = tiny_vlm(seed=0)
+    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), model.parameters()))
+
+
+def test_processor_expands_each_placeholder(vlm):
+    model, proc = vlm
+    iid = image_token_id(proc)
+    texts = ["Which is bigger? <image> Answer.", "Left <image><image> right", "no image here"]
+    images = [_img((255, 0, 0), (100, 80)), _img((0, 0, 255)), _img((0, 255, 0), (30, 200))]
+    enc = proc(text=texts, images=images, return_tensors="pt", padding=True)
+    assert enc["pixel_values"].shape == (3, 3, 64, 64)
+    counts = (enc["input_ids"] == iid).sum(1).tolist()
+    assert counts == [16, 32, 0]
+    row = enc["input_ids"][0][enc["attention_mask"][0].bool()].tolist()
+    first = row.index(iid)
+    assert row[first:first + 16] == [iid] * 16 and iid not in row[first + 16:]
+    # expand_image_tokens + the tokenizer give the same ids (how a rollout tokenizes observations)
+    for t, ids, m in zip(texts, enc["input_ids"], enc["attention_mask"]):
+        assert proc.tokenizer(expand_image_tokens(t, proc), add_special_tokens=False)["input_ids"] == \
+            ids[m.bool()].tolist()
+    assert proc.tokenizer.decode(row, skip_special_tokens=True) == "Which is bigger?  Answer."
+    # pixel_values for observation images, the same as the processor's
+    assert torch.equal(prepare_images(proc, images, n_placeholders=3), enc["pixel_values"])
+    assert prepare_images(proc, []) is None
+
+
+def test_generate_logprobs_equal_teacher_forced(vlm):
+    model, proc = vlm
+    texts = ["Q: colour? <image> A:", "Compare <image> and <image> now, which", "text only"]
+    images = [_img((255, 0, 0)), _img((0, 0, 255), box=(0, 0, 20, 20)), _img((10, 200, 30), (90, 50))]
+    enc = _left_padded(proc, texts, images)
+    assert enc["attention_mask"][2, 0] == 0  # left padding really happens
+    torch.manual_seed(0)
+    new, lps = vlm_generate(model, enc["input_ids"], enc["pixel_values"], enc["attention_mask"],
+                            max_new_tokens=24, temperature=0.8, top_k=50, eos_token_id=[])
+    assert new.shape == lps.shape == (3, 24)
+    ids = torch.cat([enc["input_ids"], new], 1)
+    mask = torch.cat([enc["attention_mask"], torch.ones_like(new)], 1)
+    with torch.no_grad():
+        tf = vlm_token_logprobs(model, ids, enc["pixel_values"], mask, temperature=0.8)
+    P = enc["input_ids"].shape[1]
+    assert (tf[:, P:] - lps).abs().max() < 1e-4
+    assert (tf[:, :P][enc["input_ids"] == image_token_id(model)] == 0).all()  # image tokens: not scored
+
+    # the same through plain model.generate(output_logits=True): raw logits, image token masked
+    sup = ImageTokenSuppressor(image_token_id(model))
+    torch.manual_seed(1)
+    out = model.generate(**enc, do_sample=True, temperature=0.8, top_k=0, max_new_tokens=12,
+                         logits_processor=[sup], output_logits=True, return_dict_in_generate=True,
+                         eos_token_id=None, pad_token_id=proc.tokenizer.pad_token_id)
+    logits = torch.stack(out.logits, 1).float()  # [B, 12, V]
+    logits[..., image_token_id(model)] = float("-inf")
+    new = out.sequences[:, P:]
+    gen = torch.log_softmax(logits / 0.8, -1).gather(-1, new[..., None]).squeeze(-1)
+    with torch.no_grad():
+        tf = vlm_token_logprobs(model, out.sequences, enc["pixel_values"],
+                                torch.cat([enc["attention_mask"], torch.ones_like(new)], 1), temperature=0.8)
+    assert (tf[:, P:] - gen).abs().max() < 1e-4
+
+
+def test_image_token_is_never_sampled():
+    model, proc = tiny_vlm(seed=3)
+    iid = image_token_id(model)
+
+    def favour_image_token(module, args, out):  # <image> is now the likeliest next token
+        out = out.clone()
+        out[..., iid] += 20.0
+        return out
+
+    model.lm_head.register_forward_hook(favour_image_token)
+    enc = proc(text=["Look <image> now"], images=[_img((255, 0, 0))], return_tensors="pt")
+    torch.manual_seed(0)
+    plain = model.generate(**enc, do_sample=True, max_new_tokens=8, eos_token_id=None)
+    assert iid in plain[0, enc["input_ids"].shape[1]:].tolist()  # the hazard is real
+    new, lps = vlm_generate(model, enc["input_ids"], enc["pixel_values"], max_new_tokens=8, eos_token_id=[])
+    assert iid not in new.tolist()
+    ids = torch.cat([enc["input_ids"], new], 1)
+    with torch.no_grad():  # and the rescoring of the sampled sequence still works and agrees
+        tf = vlm_token_logprobs(model, ids, enc["pixel_values"])
+    assert (tf[:, enc["input_ids"].shape[1]:] - lps).abs().max() < 1e-4
+
+
+def test_save_load_round_trip(vlm, tmp_path):
+    model, proc = vlm
+    save_vlm(model, proc, tmp_path / "m")
+    model2, proc2 = load_vlm(str(tmp_path / "m"))
+    texts, images = ["Is it red? <image> yes, it is red"], [_img((255, 0, 0), (80, 64))]
+    enc, enc2 = proc(text=texts, images=images, return_tensors="pt"), proc2(text=texts, images=images, return_tensors="pt")
+    assert torch.equal(enc["input_ids"], enc2["input_ids"])
+    assert torch.equal(enc["pixel_values"], enc2["pixel_values"])
+    assert (proc2.tokenizer.pad_token_id, proc2.tokenizer.eos_token_id) == (proc.tokenizer.pad_token_id,
+                                                                        proc.tokenizer.eos_token_id)
+    assert tokens_per_image(proc2) == tokens_per_image(model2) == 16
+    with torch.no_grad():
+        assert torch.equal(model(**enc).logits, model2(**enc).logits)
+        assert torch.equal(vlm_token_logprobs(model, enc["input_ids"], enc["pixel_values"]),
+                           vlm_token_logprobs(model2, enc["input_ids"], enc["pixel_values"]))
+    assert model2.lm_head.weight.data_ptr() == model2.get_input_embeddings().weight.data_ptr()
+
+
+def test_the_image_changes_only_the_text_after_it(vlm):
+    model, proc = vlm
+    text = ["Question: which side is the square on? <image> Answer: the left side"]
+    a = proc(text=text, images=[_img((0, 0, 0), box=(0, 0, 16, 16))], return_tensors="pt")
+    b = proc(text=text, images=[_img((0, 0, 0), box=(48, 48, 64, 64))], return_tensors="pt")
+    assert torch.equal(a["input_ids"], b["input_ids"])
+    with torch.no_grad():
+        la = vlm_token_logprobs(model, a["input_ids"], a["pixel_values"])
+        lb = vlm_token_logprobs(model, b["input_ids"], b["pixel_values"])
+    ids = a["input_ids"][0].tolist()
+    first = ids.index(image_token_id(model))
+    assert torch.equal(la[:, :first + 1], lb[:, :first + 1])  # causal: nothing before the image moves
+    after = slice(first + 16, None)
+    assert (la[:, after] - lb[:, after]).abs().max() > 1e-3
+
+
+def test_grad_target_mask_and_text_only_rows(vlm):
+    model, proc = vlm
+    enc = proc(text=["See <image> then answer yes", "only text in this row, padded"],
+               images=[_img((0, 99, 0))], return_tensors="pt", padding=True)
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    tmask = torch.zeros_like(ids, dtype=torch.bool)
+    tmask[:, -4:] = True
+    model.zero_grad()
+    lp = vlm_token_logprobs(model, ids, enc["pixel_values"], mask, target_mask=tmask, chunk_tokens=3)
+    assert (lp[~tmask] == 0).all() and (lp[tmask & mask.bool()] < 0).all()
+    lp.sum().backward()
+    for part in (model.model.vision_tower, model.model.multi_modal_projector, model.model.language_model):
+        assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in part.parameters())
+    with torch.no_grad():
+        full = vlm_token_logprobs(model, ids, enc["pixel_values"], mask)
+    assert torch.allclose(full[tmask], lp[tmask].detach(), atol=1e-6)
+    model.zero_grad()
+
+
+def test_collate_pixel_values_follows_rows_and_cuts(vlm):
+    model, proc = vlm
+    texts = ["one <image> a <image> b", "none", "two <image> c"]
+    rows = [[_img((9, 9, 9)), _img((200, 0, 0))], [], [_img((0, 0, 200))]]
+    encs = [proc(text=[t], images=r or None, return_tensors="pt") for t, r in zip(texts, rows)]
+    pvs = [e.get("pixel_values") for e in encs]
+    width = max(e["input_ids"].shape[1] for e in encs)
+    ids = torch.zeros(3, width, dtype=torch.long)
+    for b, e in enumerate(encs):
+        ids[b, :e["input_ids"].shape[1]] = e["input_ids"][0]
+    assert torch.equal(collate_pixel_values(ids, pvs, model), torch.cat([pvs[0], pvs[2]]))
+    order = [2, 0, 1]  # a packer that sorts rows passes each row's images with it
+    assert torch.equal(collate_pixel_values(ids[order], [pvs[i] for i in order], model),
+                       torch.cat([pvs[2], pvs[0]]))
+    iid = image_token_id(model)
+    second = (ids[0] == iid).nonzero().flatten()[16].item()  # first token of the second image
+    cut = ids[:, :second].clone()
+    assert torch.equal(collate_pixel_values(cut, pvs, model), torch.cat([pvs[0][:1], pvs[2]]))
+    with torch.no_grad():
+        lp = vlm_token_logprobs(model, cut, collate_pixel_values(cut, pvs, model))
+        full = vlm_token_logprobs(model, ids[:1], pvs[0])
+    assert torch.allclose(lp[0, :second], full[0, :second], atol=1e-5)
+    with pytest.raises(ValueError, match="row 0 holds 20 image tokens"):
+        collate_pixel_values(ids[:, :second + 4], pvs, model)
+
+
+def test_lora_wrapped_vlm_scores_the_same():
+    peft = pytest.importorskip("peft")
+    model, proc = tiny_vlm(seed=1)
+    enc = proc(text=["A <image> B C D"], images=[_img((1, 2, 3))], return_tensors="pt")
+    with torch.no_grad():
+        before = vlm_token_logprobs(model, enc["input_ids"], enc["pixel_values"])
+    wrapped = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"],
+                                                         task_type="CAUSAL_LM"))
+    lp = vlm_token_logprobs(wrapped, enc["input_ids"], enc["pixel_values"])
+    assert torch.allclose(lp, before, atol=1e-6)  # LoRA B starts at 0
+    lp.sum().backward()
+    assert any(p.grad is not None for n, p in wrapped.named_parameters() if "lora_" in n)
+    new, _ = vlm_generate(wrapped, enc["input_ids"], enc["pixel_values"], max_new_tokens=3)
+    assert new.shape == (1, 3)
+
+
+def test_text_base_warm_start_matches_the_text_model():
+    from agentsearch.trainer.logprobs import token_logprobs
+
+    model, _ = tiny_vlm(text="tiny-base")
+    base, tok = load_model("tiny-base")
+    ids = tok("Question: In what year was Ky Stethith born?", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        assert torch.allclose(vlm_token_logprobs(model, ids, None), token_logprobs(base, ids), atol=1e-5)
+
+
+def test_clear_errors(vlm, tmp_path):
+    model, proc = vlm
+    red = _img((255, 0, 0))
+    text_model, tok = load_model("tiny-s")
+    ids = torch.tensor([[1, 2, 3]])
+    with pytest.raises(ValueError, match="text-only model"):
+        vlm_token_logprobs(text_model, ids, torch.zeros(1, 3, 64, 64))
+    with pytest.raises(ValueError, match="text-only model"):
+        vlm_generate(text_model, ids, torch.zeros(1, 3, 64, 64))
+    with pytest.raises(ValueError, match="text-only tokenizer"):
+        prepare_images(tok, [red])
+    text_model.save_pretrained(tmp_path / "text")
+    tok.save_pretrained(tmp_path / "text")
+    with pytest.raises(ValueError, match="text-only model"):
+        load_vlm(str(tmp_path / "text"))
+    with pytest.raises(ValueError, match="unknown VLM"):
+        load_vlm("no-such-vlm")
+    # placeholders vs images
+    with pytest.raises(ValueError, match=r"2 <image> placeholder\(s\) but 1 image"):
+        proc(text=["<image> and <image>"], images=[red], return_tensors="pt")
+    with pytest.raises(ValueError, match=r"0 <image> placeholder\(s\) but 1 image"):
+        proc(text=["no placeholder"], images=[red], return_tensors="pt")
+    with pytest.raises(ValueError, match="placeholder"):
+        prepare_images(proc, [red, red], n_placeholders=1)
+    enc = proc(text=["x <image> y"], images=[red], return_tensors="pt")
+    with pytest.raises(ValueError, match="16 image tokens but 2 image"):
+        vlm_token_logprobs(model, enc["input_ids"], enc["pixel_values"].repeat(2, 1, 1, 1))
+    with pytest.raises(ValueError, match="image tokens but 0 image"):
+        vlm_generate(model, enc["input_ids"], None)
+    with pytest.raises(ValueError, match="vision tower takes 64x64"):
+        vlm_token_logprobs(model, enc["input_ids"], torch.zeros(1, 3, 32, 32))
+    # too large
+    huge = Image.new("L", (2100, 2100))
+    with pytest.raises(ValueError, match="over the limit.*downscale"):
+        proc(text=["<image>"], images=[huge], return_tensors="pt")
+    with pytest.raises(ValueError, match="over the limit"):
+        prepare_images(proc, [huge])
+    prepare_images(proc, [huge], max_pixels=5_000_000)  # the limit is a setting
+
+
+def test_forward_time_batch_of_8(vlm):
+    """8 sequences of ~100 tokens with one 64x64 image each, one thread (numbers for the docs)."""
+    model, proc = vlm
+    words = "the red square is left of the blue circle and the answer is"
+    texts = [f"Question {i}: <image> " + " ".join([words] * 3) for i in range(8)]
+    imgs = [_img((30 * i, 0, 0), box=(i, i, i + 9, i + 9)) for i in range(8)]
+    enc = proc(text=texts, images=imgs, return_tensors="pt", padding=True)
+    assert 90 <= enc["input_ids"].shape[1] <= 120
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            vlm_token_logprobs(model, enc["input_ids"], enc["pixel_values"], enc["attention_mask"])
+            t = time.perf_counter()
+            for _ in range(5):
+                vlm_token_logprobs(model, enc["input_ids"], enc["pixel_values"], enc["attention_mask"])
+            ms = (time.perf_counter() - t) / 5 * 1000
+    finally:
+        torch.set_num_threads(threads)
+    print(f"vlm_token_logprobs, 8 x {enc['input_ids'].shape[1]} tokens + 8 images, 1 thread: {ms:.1f} ms")
+    assert ms < 1000
