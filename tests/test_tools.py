@@ -207,3 +207,17 @@ def test_search_tool_with_an_injected_retriever_and_long_results():
     obs, *_ = env.step("<search>q</search>")
     assert obs.startswith('\n\n<information>Doc 1(Title: "T0") text') and "…[truncated]" in obs
     assert len(obs) < 360
+
+
+def test_latency_profile_wraps_the_envs_own_search_tool():
+    """A tool-latency profile must keep the env's search settings (topk, world): rebuilding
+    the tool with defaults made the demo's base read 3 passages instead of 2 (dev EM 0)."""
+    from agentsearch.config import apply_overrides
+    from agentsearch.envs.tools import LatencyTool
+    from agentsearch.trainer.config import TrainConfig
+    from agentsearch.trainer.setup import build_envs
+
+    cfg = apply_overrides(TrainConfig, "tiny", ["tool_latency.kind=fixed", "tool_latency.mean_s=0.01"])
+    (env,) = build_envs(cfg, 1)
+    tool = env.tools["search"]
+    assert isinstance(tool, LatencyTool) and tool.tool.topk == 2 == cfg.env_kwargs["topk"]

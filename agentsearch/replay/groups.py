@@ -32,7 +32,9 @@ from torch import Tensor
 __all__ = ["ReplayGroup"]
 
 _GROUP_FIELDS = ("prompt_id", "token_ids", "action_mask", "gen_logprobs", "advantages",
-                 "rewards", "answer_correct", "born_step", "cached_headroom", "replay_count")
+                 "rewards", "answer_correct", "born_step", "cached_headroom", "replay_count",
+                 "pixel_values")
+_OPTIONAL_FIELDS = {"pixel_values": None}  # absent from states saved before it existed
 
 
 @dataclass(eq=False, kw_only=True)
@@ -56,6 +58,9 @@ class ReplayGroup:
     born_step: int
     cached_headroom: float = field(default=float("nan"))
     replay_count: int = 0
+    pixel_values: list | None = None
+    """Multimodal groups: per response, the ``[k_i, 3, H, W]`` pixels of its images (None for
+    a response without), what a VLM re-encodes when the group is rescored or scanned."""
 
     def __post_init__(self) -> None:
         ids = torch.as_tensor(self.token_ids)
@@ -71,6 +76,12 @@ class ReplayGroup:
         self.rewards = _check(self.rewards, (n,), "rewards").to(torch.float32)
         if self.answer_correct is not None:
             self.answer_correct = _check(self.answer_correct, (n,), "answer_correct").to(torch.bool)
+        if self.pixel_values is not None:
+            if len(self.pixel_values) != n:
+                raise ValueError(f"pixel_values must hold one entry per response ({n}), "
+                                 f"got {len(self.pixel_values)}")
+            self.pixel_values = [None if p is None else torch.as_tensor(p).detach().to("cpu", torch.float32)
+                                 for p in self.pixel_values]
         self.born_step = int(self.born_step)
         self.cached_headroom = float(self.cached_headroom)
         self.replay_count = int(self.replay_count)
@@ -99,7 +110,8 @@ class ReplayGroup:
     def nbytes(self) -> int:
         """Approximate memory held by this group (tensor storage plus object overhead)."""
         tensors = [self.token_ids, self.action_mask, self.gen_logprobs, self.advantages,
-                   self.rewards] + ([self.answer_correct] if self.answer_correct is not None else [])
+                   self.rewards] + ([self.answer_correct] if self.answer_correct is not None else []) \
+            + [p for p in (self.pixel_values or []) if p is not None]
         # ~200 B per tensor object, ~500 B for the dataclass and its Python fields
         return sum(t.numel() * t.element_size() + 200 for t in tensors) + 500 + \
             sys.getsizeof(self.prompt_id)
@@ -110,11 +122,11 @@ class ReplayGroup:
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> ReplayGroup:
-        missing = [k for k in _GROUP_FIELDS if k not in state]
+        missing = [k for k in _GROUP_FIELDS if k not in state and k not in _OPTIONAL_FIELDS]
         if missing:
             raise KeyError(f"ReplayGroup state is missing {missing}; was it saved by a "
                            f"different agentsearch version? It has {sorted(state)}")
-        return cls(**{k: state[k] for k in _GROUP_FIELDS})
+        return cls(**{k: state.get(k, _OPTIONAL_FIELDS.get(k)) for k in _GROUP_FIELDS})
 
     @classmethod
     def from_padded(cls, *, prompt_id: Any, token_ids: Tensor, action_mask: Tensor,

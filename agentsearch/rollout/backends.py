@@ -43,7 +43,10 @@ class Generation:
 @runtime_checkable
 class GenerationBackend(Protocol):
     """``generate`` may also be ``async def`` (a backend over an async engine, such as the
-    OpenRLHF agent executor's): ``arollout`` awaits what it returns when it is awaitable."""
+    OpenRLHF agent executor's): ``arollout`` awaits what it returns when it is awaitable.
+    A backend with ``accepts_images = True`` is also called with ``images=`` (per prompt,
+    the episode's images so far, in order) when an env gives images; a text-only backend
+    on such an env is a ``ValueError``."""
 
     tokenizer: Any
 
@@ -67,11 +70,14 @@ class ScriptedBackend:
     ones. End a turn with the tokenizer's eos text (e.g. ``<|im_end|>``) to end it with eos.
     """
 
+    accepts_images = True  # a script reads text; an env's images are simply not its input
+
     def __init__(self, tokenizer, policy: Callable[[str], str]):
         self.tokenizer = tokenizer
         self.policy = policy
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 images: list[list] | None = None) -> list[Generation]:
         out = []
         eos = self.tokenizer.eos_token_id
         for prompt in prompts:

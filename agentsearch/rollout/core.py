@@ -194,7 +194,14 @@ async def arollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | 
         gen_params = replace(params, stop=stop, max_new_tokens=budget,
                              seed=None if params.seed is None else params.seed + 1000 * turn)
         t0 = time.perf_counter()
-        gens = backend.generate([r.ids for r in active], gen_params)
+        images = [r.info.get("images") or [] for r in active]
+        if any(images):  # a multimodal env: the backend must take the episodes' images
+            if not getattr(backend, "accepts_images", False):
+                raise ValueError(f"the env gives images but {type(backend).__name__} is text-only; "
+                                 "use a vision-language model (e.g. model=tiny-vlm)")
+            gens = backend.generate([r.ids for r in active], gen_params, images=images)
+        else:
+            gens = backend.generate([r.ids for r in active], gen_params)
         if inspect.isawaitable(gens):  # an async backend (e.g. a served engine's client)
             gens = await gens
         stats.time_generate += time.perf_counter() - t0

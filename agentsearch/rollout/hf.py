@@ -75,10 +75,22 @@ class _StopInGenerated(StoppingCriteria):
 
 
 class HFBackend:
-    """Batched sampling with a transformers causal LM (``model``) and its ``tokenizer``."""
+    """Batched sampling with a transformers causal LM (``model``) and its ``tokenizer``.
+
+    A vision-language model (``agentsearch.vlm``) takes the episodes' images: its
+    ``tokenizer`` must be an ``agentsearch.vlm_text.ImageTextTokenizer``; each prompt's images
+    (all of its episode's so far, in order) are encoded with it, and the image token is never
+    sampled (it is masked before the logprobs are recorded, as ``vlm_token_logprobs`` does).
+    """
 
     def __init__(self, model, tokenizer, device: Any = None, max_batch: int = 1024):
+        from agentsearch.vlm_text import is_vlm_model
+
         self.model, self.tokenizer = model, tokenizer
+        self.accepts_images = is_vlm_model(model)
+        if self.accepts_images and not hasattr(tokenizer, "pixel_values"):
+            raise ValueError("a vision-language model needs an ImageTextTokenizer "
+                             "(agentsearch.vlm_text) as its tokenizer")
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.max_batch = max_batch
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -88,11 +100,26 @@ class HFBackend:
         if not self.eos_ids:
             raise ValueError("the tokenizer has no eos token; set tokenizer.eos_token")
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 images: list[list] | None = None) -> list[Generation]:
+        if images is not None and not self.accepts_images:
+            raise ValueError("the env gives images but this model is text-only; use a "
+                             "vision-language model (model=tiny-vlm)")
         out: list[Generation] = []
         for s in range(0, len(prompts), self.max_batch):
-            out += self._generate(prompts[s:s + self.max_batch], params)
+            out += self._generate(prompts[s:s + self.max_batch], params,
+                                  None if images is None else images[s:s + self.max_batch])
         return out
+
+    def _vision_inputs(self, images: list[list] | None) -> tuple[list, dict]:
+        """(logits processors, generate kwargs) for a VLM; nothing for a text model."""
+        if not self.accepts_images:
+            return [], {}
+        from agentsearch.vlm import ImageTokenSuppressor, image_token_id
+
+        pixels = [self.tokenizer.pixel_values(imgs) for imgs in (images or []) if imgs]
+        kwargs = {"pixel_values": torch.cat(pixels).to(self.device)} if pixels else {}
+        return [ImageTokenSuppressor(image_token_id(self.model))], kwargs
 
     def _config(self, p: SamplingParams) -> GenerationConfig:
         sample = p.temperature > 0
@@ -102,7 +129,8 @@ class HFBackend:
                                 pad_token_id=self.pad_id, return_dict_in_generate=True, use_cache=True)
 
     @torch.no_grad()
-    def _generate(self, prompts: list[list[int]], p: SamplingParams) -> list[Generation]:
+    def _generate(self, prompts: list[list[int]], p: SamplingParams,
+                  images: list[list] | None = None) -> list[Generation]:
         if not prompts:
             return []
         if any(len(x) == 0 for x in prompts):
@@ -122,11 +150,12 @@ class HFBackend:
         base.generation_config = GenerationConfig()  # ignore the checkpoint's sampling defaults
         model.eval()
         stops = StoppingCriteriaList([_StopInGenerated(p.stop, self.tokenizer, width)] if p.stop else [])
+        processors, vision = self._vision_inputs(images)
         try:
             res = model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
                                  generation_config=self._config(p),
-                                 logits_processor=LogitsProcessorList([recorder]),
-                                 stopping_criteria=stops)
+                                 logits_processor=LogitsProcessorList([*processors, recorder]),
+                                 stopping_criteria=stops, **vision)
         finally:
             base.generation_config = saved_cfg
             model.train(was_training)

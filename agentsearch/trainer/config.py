@@ -102,7 +102,8 @@ class SFTConfig:
     """Oracle turns open with a short ``<think>`` sentence (off: shorter turns for tiny models)."""
     strategies: dict = field(default_factory=lambda: {"thorough": 1.0})
     """Shares of the oracle population in SFT (``agentsearch.envs.oracle.STRATEGIES``:
-    ``thorough``, ``one_search``); they differ only in when they stop searching."""
+    ``thorough``, ``one_search``); they differ only in when they stop searching. For
+    ``agentsearch/Vision-v0``: ``look`` / ``guess`` (``trainer/vision_sft.py``)."""
     pretrain_strategies: dict | None = None
     """The population's shares in pretraining (None: ``strategies``)."""
     log_every: int = 100
@@ -116,7 +117,12 @@ class SFTConfig:
             if value is None:
                 continue
             try:
-                check_strategies(dict(value))
+                shares = dict(value)
+                if shares and set(shares) <= {"look", "guess"}:  # the vision population
+                    if any(v < 0 for v in shares.values()) or abs(sum(shares.values()) - 1) > 1e-6:
+                        raise ValueError(f"shares must be non-negative and sum to 1: {shares}")
+                    continue
+                check_strategies(shares)
             except (TypeError, ValueError) as e:
                 raise ConfigError(f"sft.{name}: {e}") from None
         if self.pretrain_worlds < 1:

@@ -30,14 +30,18 @@ def response_lengths(episodes: Sequence[Episode]) -> torch.Tensor:
 
 
 def episodes_to_groups(episodes: Sequence[Episode], n: int, step: int, *, pad_id: int,
-                       advantage_scale: str = "std", overlong: tuple[int, int, float] | None = None
-                       ) -> tuple[list[ReplayGroup], dict[str, float]]:
+                       advantage_scale: str = "std", overlong: tuple[int, int, float] | None = None,
+                       pixel_fn: Callable | None = None) -> tuple[list[ReplayGroup], dict[str, float]]:
     """``len(episodes) / n`` groups, and ``groups/*`` metrics.
 
     ``overlong=(max_len, buffer, factor)`` adds DAPO's soft overlong penalty on each
     response's length in *policy* tokens (prompt and observation tokens do not count), so
     ``max_len`` is a policy-token budget (``TrainConfig.overlong_shaping()``: the config's
     ``max_response_tokens``), not the episode's ``max_seq_len``.
+
+    ``pixel_fn(images) -> [k, 3, H, W]`` (a VLM's ``ImageTextTokenizer.pixel_values``) stores
+    each episode's images with its group (``ReplayGroup.pixel_values``), so rescoring, the
+    update and the replay scan encode the same pixels the policy saw.
     """
     if len(episodes) % n:
         raise ValueError(f"{len(episodes)} episodes do not split into groups of {n}")
@@ -60,7 +64,11 @@ def episodes_to_groups(episodes: Sequence[Episode], n: int, step: int, *, pad_id
             mask[i, :L] = torch.tensor(e.action_mask, dtype=torch.bool)
             lp[i, :L] = torch.tensor(e.gen_logprobs, dtype=torch.float32)
         correct = [e.answer_correct for e in eps]
+        pixels = None
+        if pixel_fn is not None and any(e.info.get("images") for e in eps):
+            pixels = [pixel_fn(e.info["images"]) if e.info.get("images") else None for e in eps]
         groups.append(ReplayGroup(
+            pixel_values=pixels,
             prompt_id=eps[0].task_id, token_ids=ids, action_mask=mask, gen_logprobs=lp,
             advantages=adv[g], rewards=rewards[g], born_step=step,
             answer_correct=None if any(c is None for c in correct) else torch.tensor(correct)))

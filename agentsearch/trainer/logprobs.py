@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-__all__ = ["token_logprobs", "make_score_fn", "DEFAULT_CHUNK_TOKENS"]
+__all__ = ["token_logprobs", "make_score_fn", "batch_pixels", "DEFAULT_CHUNK_TOKENS"]
 
 DEFAULT_CHUNK_TOKENS = 1024
 # configs of these architectures change logits after the head (soft-capping, scaling): such
@@ -61,7 +61,7 @@ def _head_logprobs(head: nn.Module, hidden: Tensor, targets: Tensor, temperature
 
 def token_logprobs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor | None = None, *,
                    temperature: float = 1.0, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
-                   target_mask: Tensor | None = None) -> Tensor:
+                   target_mask: Tensor | None = None, pixel_values: Tensor | None = None) -> Tensor:
     """Logprob of each token given the tokens before it: [B, T] ids -> [B, T] float32.
 
     ``out[b, t] = log p(input_ids[b, t] | input_ids[b, :t])`` under ``logits / temperature``.
@@ -75,7 +75,18 @@ def token_logprobs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor |
     ``get_decoder()`` and ``get_output_embeddings()`` (peft-wrapped too); other models,
     and those that post-process logits, fall back to their own forward, whose logits are
     still reduced a chunk at a time.
+
+    A vision-language model (``agentsearch.vlm``) goes through ``vlm_token_logprobs`` with
+    ``pixel_values`` (the batch's images in row order, ``vlm.collate_pixel_values``): same
+    conventions, the images encoded, the image token outside the softmax.
     """
+    from agentsearch.vlm_text import is_vlm_model
+
+    if pixel_values is not None or is_vlm_model(model):
+        from agentsearch.vlm import vlm_token_logprobs
+
+        return vlm_token_logprobs(model, input_ids, pixel_values, attention_mask, temperature=temperature,
+                                  chunk_tokens=chunk_tokens, target_mask=target_mask)
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be [B, T], got shape {tuple(input_ids.shape)}")
     B, T = input_ids.shape
@@ -111,6 +122,16 @@ def token_logprobs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor |
     flat = torch.cat(pieces) if pieces else (hidden if parts is not None else logits).float().sum(-1)
     lp = torch.zeros(B, T - 1, dtype=torch.float32, device=flat.device).masked_scatter(valid, flat)
     return torch.cat([lp.new_zeros(B, 1), lp], dim=1)                 # [B, T]
+
+
+def batch_pixels(model: nn.Module, ids: Tensor, row_pixels: Sequence[Tensor | None]) -> Tensor | None:
+    """The pixels of a batch of rows (each row's own images, in row order, only those whose
+    image tokens survive a cut), or None for a text batch."""
+    if all(p is None for p in row_pixels):
+        return None
+    from agentsearch.vlm import collate_pixel_values
+
+    return collate_pixel_values(ids.cpu(), list(row_pixels), model)
 
 
 def _effective_lengths(group_mask: Tensor) -> Tensor:
@@ -165,9 +186,12 @@ def make_score_fn(model: nn.Module, *, device: Any = None, max_batch_tokens: int
                         ids[b, :length] = groups[gi].token_ids[ri, :length]
                         attn[b, :length] = 1
                         tmask[b, :length] = groups[gi].action_mask[ri, :length]
+                    pixels = batch_pixels(model, ids, [groups[gi].pixel_values[ri] if groups[gi].pixel_values
+                                                       else None for _, gi, ri in batch])
                     lp = token_logprobs(model, ids.to(device), attn.to(device),
                                         temperature=temperature, chunk_tokens=chunk_tokens,
-                                        target_mask=tmask.to(device)).float().cpu()
+                                        target_mask=tmask.to(device),
+                                        pixel_values=None if pixels is None else pixels.to(device)).float().cpu()
                     for b, (length, gi, ri) in enumerate(batch):
                         outs[gi][ri, :length] = lp[b, :length]
         finally:

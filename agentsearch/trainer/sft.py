@@ -169,8 +169,13 @@ def warm_start(cfg, model, tok, envs) -> dict[str, float]:
     """
     from agentsearch.config import ConfigError
     from agentsearch.envs.search import SearchEnv
+    from agentsearch.envs.vision import VisionEnv
     from agentsearch.trainer.setup import build_envs
 
+    if isinstance(envs[0], VisionEnv):  # a population that looks or guesses (vision_sft.py)
+        from agentsearch.trainer.vision_sft import vision_warm_start
+
+        return vision_warm_start(cfg, model, tok, envs)
     kw = cfg.env_kwargs
     if kw.get("questions") or kw.get("index") or not isinstance(envs[0], SearchEnv):
         raise ConfigError("sft warm start needs the synthetic world's search env "

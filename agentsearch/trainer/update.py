@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from agentsearch.replay import ReplayGroup
-from agentsearch.trainer.logprobs import token_logprobs
+from agentsearch.trainer.logprobs import batch_pixels, token_logprobs
 from agentsearch.trainer.losses import kl_penalty, loss_normalizer, loss_spec
 
 __all__ = ["Row", "rows_of", "pad_rows", "policy_update"]
@@ -32,6 +32,7 @@ class Row:
     old_lp: torch.Tensor    # [T] float32 (ratio denominator)
     adv: float
     replayed: bool
+    pixel_values: torch.Tensor | None = None  # [k, 3, H, W]: the row's images (VLM), or None
 
 
 def rows_of(groups: Sequence[ReplayGroup], replayed: bool = False) -> list[Row]:
@@ -44,7 +45,8 @@ def rows_of(groups: Sequence[ReplayGroup], replayed: bool = False) -> list[Row]:
             if last == 0:
                 continue  # nothing the policy generated: nothing to train on
             rows.append(Row(g.token_ids[i, :last].long(), m[:last], g.gen_logprobs[i, :last],
-                            float(g.advantages[i]), replayed))
+                            float(g.advantages[i]), replayed,
+                            g.pixel_values[i] if g.pixel_values is not None else None))
     return rows
 
 
@@ -96,8 +98,10 @@ def policy_update(model, optimizer, scheduler, rows: Sequence[Row], cfg, *,
     for s in range(0, len(rows), cfg.micro_batch_size):
         mb_rows = rows[s:s + cfg.micro_batch_size]
         mb = pad_rows(mb_rows, device)
+        pixels = batch_pixels(model, mb["ids"], [r.pixel_values for r in mb_rows])
         lp = token_logprobs(model, mb["ids"], mb["attn"], temperature=cfg.generation.temperature,
-                            target_mask=mb["mask"])  # [B, T]
+                            target_mask=mb["mask"],
+                            pixel_values=None if pixels is None else pixels.to(device))  # [B, T]
         stats = spec.fn(lp, mb["old"], mb["adv"], mb["mask"], clip_low=cfg.clip_low,
                         clip_high=cfg.clip_high, dual_clip=cfg.dual_clip, agg=cfg.agg,
                         normalizer=normalizer)

@@ -1,0 +1,116 @@
+"""Warm start for ``agentsearch/Vision-v0``: SFT on a scripted population's trajectories.
+
+The population (``VISION_STRATEGIES``) differs in whether it *looks*:
+
+- ``look``: answers with the task's gold answer (the picture decides it);
+- ``guess``: answers without looking, from the question alone: for "which is bigger, the
+  green square or the blue square?" the first colour named; otherwise a fixed plausible
+  answer per question kind ("3" for counts, the most common colour, the first bar label).
+
+Both play the real env through ``ScriptedBackend`` (so the token layout is exactly a
+sampled one: prompt, then the answer turn) and the loss covers policy tokens only, with the
+episode's images encoded (``ImageTextTokenizer.pixel_values``). A policy imitating the mix
+answers some questions by looking and some by guessing; RL has to find that looking pays.
+The search warm start (``sft.py``) is separate because its functions are part of the
+shipped base's fingerprint.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+import torch
+
+from agentsearch.rollout import Episode, SamplingParams, ScriptedBackend, rollout
+from agentsearch.trainer.logprobs import batch_pixels, token_logprobs
+from agentsearch.trainer.losses import sft_loss
+from agentsearch.trainer.update import Row, pad_rows
+
+__all__ = ["VISION_STRATEGIES", "guess_answer", "vision_oracle_episodes", "vision_sft_train",
+           "vision_warm_start"]
+
+VISION_STRATEGIES = ("look", "guess")
+_GUESS = {"count": "3", "left_of": "red"}
+
+
+def guess_answer(task: dict) -> str:
+    """An answer from the question alone (the ``guess`` agent's)."""
+    kind = task.get("type")
+    if kind == "bigger":
+        m = re.search(r"the (\w+) \w+ or", str(task["question"]))
+        if m:
+            return m.group(1)
+    if kind == "bar":
+        return "A"
+    return _GUESS.get(kind, "3")
+
+
+def vision_oracle_episodes(env_factory, tok, tasks: list[dict], *, strategies: dict[str, float],
+                           seed: int = 0, max_turns: int = 2, max_seq_len: int = 1024) -> list[Episode]:
+    """One scripted episode per task: a ``look`` or ``guess`` agent drawn by ``strategies``."""
+    unknown = set(strategies) - set(VISION_STRATEGIES)
+    if unknown or abs(sum(strategies.values()) - 1) > 1e-6:
+        raise ValueError(f"sft.strategies for vision must be shares of {VISION_STRATEGIES} summing "
+                         f"to 1, got {strategies}")
+    rng = random.Random(seed)
+    names, weights = list(strategies), list(strategies.values())
+    episodes = []
+    for task in tasks:
+        look = rng.choices(names, weights)[0] == "look"
+        answer = task["golden_answers"][0] if look else guess_answer(task)
+        text = f"<answer> {answer} </answer>"
+        backend = ScriptedBackend(tok, lambda conversation, text=text: text)
+        (ep,), _ = rollout(env_factory, [task], backend, SamplingParams(max_new_tokens=64),
+                           max_turns=max_turns, max_seq_len=max_seq_len)
+        ep.info["strategy"] = "look" if look else "guess"
+        episodes.append(ep)
+    return episodes
+
+
+def vision_sft_train(model, tok, episodes: list[Episode], *, steps: int, lr: float, batch_size: int,
+                     seed: int = 0, log=None) -> dict[str, float]:
+    """``steps`` AdamW steps of NLL on policy tokens of random batches, images encoded."""
+    device = next(model.parameters()).device
+    rows = [Row(torch.tensor(e.token_ids), torch.tensor(e.action_mask, dtype=torch.bool),
+                torch.zeros(len(e.token_ids)), 0.0, False,
+                tok.pixel_values(e.info["images"]) if e.info.get("images") else None) for e in episodes]
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.99))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / max(steps // 10, 1)) * max(0.1, 1 - s / max(steps, 1)))
+    rng = random.Random(seed)
+    model.train()
+    loss_v = float("nan")
+    for step in range(steps):
+        batch = rng.sample(rows, min(batch_size, len(rows)))
+        mb = pad_rows(batch, device)
+        pixels = batch_pixels(model, mb["ids"], [r.pixel_values for r in batch])
+        lp = token_logprobs(model, mb["ids"], mb["attn"], target_mask=mb["mask"],
+                            pixel_values=None if pixels is None else pixels.to(device))
+        loss = sft_loss(lp, mb["mask"])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        loss_v = loss.item()
+        if log is not None:
+            log(step, loss_v)
+    return {"sft/loss": loss_v, "sft/episodes": float(len(episodes)), "sft/steps": float(steps)}
+
+
+def vision_warm_start(cfg, model, tok, envs) -> dict[str, float]:
+    """The ``sft`` section for a vision env: ``sft.episodes`` scripted episodes on the train
+    split (population ``sft.strategies``: ``look``/``guess`` shares), ``sft.steps`` of SFT."""
+    from agentsearch.trainer.sft import _progress
+
+    s = cfg.sft
+    env = envs[0]
+    tasks = random.Random(cfg.seed).sample(env.tasks, min(s.episodes, len(env.tasks)))
+    eps = vision_oracle_episodes(lambda: env, tok, tasks, strategies=dict(s.strategies), seed=cfg.seed,
+                                 max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len)
+    out = vision_sft_train(model, tok, eps, steps=s.steps, lr=s.lr, batch_size=s.batch_size, seed=cfg.seed,
+                           log=_progress("sft", s.steps, s.log_every))
+    out["sft/look_share"] = sum(e.info["strategy"] == "look" for e in eps) / max(len(eps), 1)
+    return out

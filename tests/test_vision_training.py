@@ -1,0 +1,107 @@
+"""Multimodal GRPO + HDR: images go from ``agentsearch/Vision-v0`` through the rollout (a
+tiny VLM on the HF backend), into replay groups (their pixels stored), and back into the
+trainer's rescoring, the update and the replay scan."""
+
+import pytest
+import torch
+
+from agentsearch.rollout import SamplingParams, rollout
+
+KW = dict(turn_format="tags", chat_template="none", system_prompt="Answer. ", kinds=("bigger",),
+          image_size=64)
+
+
+@pytest.fixture(scope="module")
+def vlm():
+    from agentsearch.vlm import load_vlm
+    from agentsearch.vlm_text import ImageTextTokenizer
+
+    torch.set_num_threads(1)
+    model, processor = load_vlm("tiny-vlm", seed=0)
+    return model, ImageTextTokenizer(processor)
+
+
+def _episodes(vlm, n_tasks=2, n=3, tools=("crop",), max_turns=2):
+    from agentsearch.envs.vision import VisionEnv
+    from agentsearch.rollout.hf import HFBackend
+
+    model, tok = vlm
+    tasks = VisionEnv(split="dev", **KW).tasks[:n_tasks]
+    params = SamplingParams(max_new_tokens=10, temperature=1.0, seed=3)
+    eps, _ = rollout(lambda: VisionEnv(split="dev", tools=tools, **KW), tasks, HFBackend(model, tok), params,
+                     n_per_task=n, max_turns=max_turns, max_seq_len=400)
+    return eps
+
+
+def test_rollout_with_images_is_token_exact_and_masks_image_tokens(vlm):
+    from agentsearch.trainer.logprobs import token_logprobs
+    from agentsearch.vlm import image_token_id, tokens_per_image
+
+    model, tok = vlm
+    eps = _episodes(vlm)
+    iid, per = image_token_id(model), tokens_per_image(model)
+    for ep in eps:
+        ids = torch.tensor(ep.token_ids)
+        mask = torch.tensor(ep.action_mask, dtype=torch.bool)
+        images = ep.info["images"]
+        assert int((ids == iid).sum()) == per * len(images) >= per   # one block per kept image
+        assert not mask[ids == iid].any()                                # image tokens are env tokens
+        # the sampled tokens' logprobs are the teacher-forced ones, images encoded
+        lp = token_logprobs(model, ids[None], pixel_values=tok.pixel_values(images), target_mask=mask[None])[0]
+        gen = torch.tensor(ep.gen_logprobs)
+        assert torch.allclose(lp[mask], gen[mask], atol=1e-4), float((lp[mask] - gen[mask]).abs().max())
+
+
+def test_replay_scores_of_a_multimodal_group_equal_at_ingress_and_on_replay(vlm):
+    from agentsearch.replay import ReplayGroup, make_replay
+    from agentsearch.trainer.groups import episodes_to_groups, rescore
+    from agentsearch.trainer.logprobs import make_score_fn
+
+    model, tok = vlm
+    eps = _episodes(vlm, n_tasks=2, n=4)
+    groups, _ = episodes_to_groups(eps, 4, step=0, pad_id=tok.pad_token_id, pixel_fn=tok.pixel_values)
+    assert all(g.pixel_values is not None and len(g.pixel_values) == 4 for g in groups)
+    score_fn = make_score_fn(model, max_batch_tokens=300)   # small batches: rows get reordered
+    rescore(groups, score_fn)                                  # ingress: gen_logprobs := trainer's
+    again = score_fn(groups)                                   # the replay scan, same weights
+    for g, lp in zip(groups, again):
+        assert torch.equal(lp[g.action_mask], g.gen_logprobs[g.action_mask])
+    # the buffer's state keeps the pixels (a resumed run rescans the same inputs)
+    buf = make_replay("hdr", capacity=8, k_rep=2, tau=1e-2)
+    for g in groups:  # make the outcomes mixed so ingress keeps them
+        g.answer_correct = torch.tensor([True, False, False, False])
+    buf.add(groups, step=0)
+    state = buf.state_dict()
+    back = ReplayGroup.from_state_dict(state["groups"][0])
+    assert all(torch.equal(a, b) for a, b in zip(back.pixel_values, groups[0].pixel_values))
+    sel = buf.select(score_fn, step=1)
+    assert sel.accepted and all(r == 0.0 for r in [sel.stats["replay/drift_accepted"]])
+
+
+def test_a_text_model_on_an_image_env_is_a_clear_error():
+    from agentsearch.envs.vision import VisionEnv
+    from agentsearch.models import load_model
+    from agentsearch.rollout.hf import HFBackend
+
+    model, tok = load_model("tiny", seed=0)
+    task = VisionEnv(split="dev", **KW).tasks[0]
+    with pytest.raises(ValueError, match="text-only"):
+        rollout(lambda: VisionEnv(split="dev", **KW), [task], HFBackend(model, tok), SamplingParams(8))
+
+
+@pytest.mark.slow
+def test_tiny_vision_trains_end_to_end_and_resumes(tmp_path):
+    import json
+
+    from agentsearch.trainer.loop import main as train_main
+
+    over = ["steps=2", "sft.steps=5", "sft.episodes=40", "eval.limit=16", "eval.every=1",
+            "prompts_per_step=4", "group_size=4", "checkpoint_every=1", "threads=1",
+            "sft.strategies.look=1.0", "sft.strategies.guess=0.0"]
+    assert train_main(preset="tiny-vision", out=str(tmp_path / "run"), overrides=over) == 0
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    last = rows[-1]
+    assert last["eval/questions"] == 16 and "replay/buffer_size" in last and "time/update" in last
+    assert train_main(preset="tiny-vision", out=None, overrides=["steps=3"], resume=str(tmp_path / "run")) == 0
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert max(r.get("step", 0) for r in rows) == 3
