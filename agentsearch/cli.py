@@ -171,10 +171,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=int, default=None, help="search threads (torch/FAISS/numba/Java)")
     s.set_defaults(fn=cmd_serve)
 
-    s = sub.add_parser("pareto", help="quality-vs-wall-clock curves from run folders")
+    s = sub.add_parser("pareto", help="quality-vs-wall-clock per method, frontier, time to target, "
+                                      "replay diagnostics")
     s.add_argument("runs", nargs="+", help="run folders (metrics.jsonl inside)")
     s.add_argument("--metric", default="eval/mean_at_n", help="quality metric (y axis)")
-    s.add_argument("--out", default=None, help="write a PNG/JSON summary here")
+    s.add_argument("--out", default=None,
+                   help="X.png: the plot plus X.json, X.md, X_*.csv and X_replay.png beside it; "
+                        "a folder: the same named pareto*; X.json: the JSON summary only")
+    s.add_argument("--label-by", default="auto",
+                   help="how runs group into methods: auto (from config.yaml: replay.kind, loss, "
+                        "prompts_per_step, dynamic_sampling), dir (folder name without -sN), or "
+                        "comma-separated config keys (replay.kind,replay.tau)")
+    s.add_argument("--target-method", default=None,
+                   help="the baseline whose final score is the target (default on_policy_larger, "
+                        "else the best on-policy method)")
+    s.add_argument("--target-score", type=float, default=None,
+                   help="a target score instead of the baseline's final (ratios stay relative to "
+                        "the baseline's training wall-clock)")
     s.set_defaults(fn=cmd_pareto)
 
     s = sub.add_parser("check-env", help="run Gymnasium's check_env and our checks on env ids")

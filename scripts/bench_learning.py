@@ -24,39 +24,20 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from agentsearch.analysis.runner import agentsearch_cli, subprocess_env, train_run
 from agentsearch.trainer.metrics import read_metrics
-
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-       "PYTHONWARNINGS": "ignore", "HF_HUB_OFFLINE": "1"}
-
-
-def _cli(*args: str) -> str:
-    """Run ``agentsearch ARGS`` in a subprocess; its stdout (its stderr is discarded)."""
-    res = subprocess.run([sys.executable, "-m", "agentsearch", *args], env=ENV, stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True)
-    if res.returncode != 0:
-        raise RuntimeError(f"agentsearch {' '.join(args)} failed ({res.returncode})")
-    return res.stdout
 
 
 def _eval(*args: str) -> dict:
-    out = _cli("eval", *args)
+    out = agentsearch_cli("eval", *args)
     return json.loads(out[out.index("{"):])
-
-
-def _finished(run: Path) -> bool:
-    return (run / "final").exists() and (run / "metrics.jsonl").exists()
 
 
 def one_run(out: Path, kind: str, seed: int, extra: list[str], unseen: int) -> dict:
     run = out / f"{kind}-s{seed}"
     t0 = time.perf_counter()
-    if not _finished(run):
-        if run.exists():
-            _cli("train", "--resume", str(run), "threads=1")
-        else:
-            _cli("train", "--preset", "tiny", "--out", str(run), f"seed={seed}", f"replay={kind}",
-                 "threads=1", "tensorboard=false", *extra)
+    train_run(run, "tiny", [f"seed={seed}", f"replay={kind}", "threads=1", "tensorboard=false", *extra],
+              threads=1, log_name=None)
     recs = [r for r in read_metrics(run) if "eval/mean_at_n" in r]
     first, last = recs[0], recs[-1]
     res = {"run": str(run), "kind": kind, "seed": seed, "dev_before": first["eval/mean_at_n"],
@@ -110,7 +91,7 @@ def main() -> None:
         runs = list(pool.map(lambda ks: one_run(out, ks[0], ks[1], a.overrides, a.unseen_world), jobs))
         base = base_f.result()
     subprocess.run([sys.executable, "-m", "agentsearch", "pareto", *[r["run"] for r in runs],
-                    "--out", str(out / "pareto.png")], env=ENV, stdout=subprocess.DEVNULL, check=False)
+                    "--out", str(out / "pareto.png")], env=subprocess_env(1), stdout=subprocess.DEVNULL, check=False)
     summary = {"bench": "learning", "machine": f"{platform.machine()} {os.cpu_count()} cores",
                "overrides": a.overrides, "base": base, "wall_s": round(time.perf_counter() - t0, 1)}
     for kind in a.kinds:

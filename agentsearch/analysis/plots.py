@@ -1,14 +1,15 @@
-"""Plots of one run: what people would rather look at than read.
+"""Plots: what people would rather look at than read.
 
 ``plot_learning(run_dir, out)``: training reward and dev EM (overall and per question
-type) against training wall-clock (``time/train_cumulative``), one PNG.
+type) of one run against training wall-clock (``time/train_cumulative``), one PNG.
+``plot_methods(result, out)``: ``agentsearch pareto``'s comparison of methods, one PNG.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["plot_learning"]
+__all__ = ["plot_learning", "plot_methods"]
 
 
 def _rolling(values: list[float], k: int = 5) -> list[float]:
@@ -51,6 +52,59 @@ def plot_learning(run_dir: str | Path, out: str | Path | None = None) -> Path:
     ax2.set_ylim(0, 1)
     ax2.legend(fontsize=8)
     fig.suptitle(Path(run_dir).name, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def plot_methods(result: dict, out: str | Path) -> Path:
+    """Left: the metric vs training wall-clock per method (mean over seeds with a ±std band,
+    thin lines for single seeds), the frontier of the method means and the target. Right: each
+    method's time to target over the baseline's training wall-clock, one dot per seed that
+    reached it (the bar is their mean; "never" where no seed did)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods, target = result["_methods"], result["target"]
+    out = Path(out)
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
+    for i, m in enumerate(methods):
+        color = f"C{i % 10}"
+        for r in m.usable:
+            ax.plot([p[0] for p in r.points], [p[1] for p in r.points], color=color, lw=0.6, alpha=0.3)
+        if m.steps:
+            t = [s[0] for s in m.seconds]
+            mu = [v[0] for v in m.values]
+            sd = [v[1] for v in m.values]
+            ax.plot(t, mu, "-o", color=color, lw=1.8, ms=3, label=f"{m.label} (n={len(m.usable)})")
+            ax.fill_between(t, [a - b for a, b in zip(mu, sd)], [a + b for a, b in zip(mu, sd)],
+                            color=color, alpha=0.15, lw=0)
+    front = result["method_frontier"]
+    if front:
+        ax.plot([p[0] for p in front], [p[1] for p in front], "k--", lw=1, label="frontier (means)")
+    if target:
+        ax.axhline(target["score"], color="0.4", ls=":", lw=1, label=f"target {target['score']:.3f}")
+    ax.set_xlabel("training wall-clock (s, time/train_cumulative)")
+    ax.set_ylabel(result["metric"])
+    ax.legend(fontsize=7, ncol=2)
+    rows = result["methods"]
+    labels = [r["method"] for r in rows]
+    for i, r in enumerate(rows):
+        ratios = [x["ratio"] for x in result["time_to_target"]
+                  if x["method"] == r["method"] and x["ratio"] is not None]
+        if ratios:
+            bx.barh(i, r["ratio_mean"], color=f"C{i % 10}", alpha=0.5)
+            bx.plot(ratios, [i] * len(ratios), "ko", ms=3)
+        bx.text(max(ratios, default=0) + 0.02, i, f"{r['reached']} seeds" if ratios else "never",
+                va="center", fontsize=7)
+    bx.set_yticks(range(len(labels)), labels, fontsize=7)
+    bx.invert_yaxis()
+    bx.axvline(1.0, color="0.4", ls=":", lw=1)
+    base = (target or {}).get("method") or "baseline"
+    bx.set_xlabel(f"time to target / {base}'s training wall-clock")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)

@@ -130,7 +130,7 @@ class HeadroomDriftBuffer:
         self.headroom_weighting, self.drift_kind = headroom_weighting, drift_kind
         self.success_threshold = float(success_threshold)
         self.order, self.gate, self.seed, self.name = order, bool(gate), int(seed), name
-        self.stats = ReplayStats(drought_steps if capacity > 0 else 0)
+        self.stats = ReplayStats(drought_steps if capacity > 0 else 0, headroom_weighting)
         self._rng = torch.Generator().manual_seed(self.seed)
         self._groups: list[ReplayGroup] = []  # FIFO, oldest first
         self._added: list[int] = []           # the step each group was added at

@@ -32,7 +32,13 @@ after ``add`` through the buffer's ``metrics()``):
   ``replay/exposure_mean``, ``replay/exposure_max``, ``replay/never_replayed_frac`` and
   ``replay/exposure_top10_share`` (share of all replays taken by the 10% most replayed
   groups; 0.1 is perfectly even, 1.0 means a few groups take everything);
-- ``replay/accept_rate_lifetime``.
+- ``replay/accept_rate_lifetime``;
+- ``replay/exposure_h0_decile_0`` ... ``_9``: mean replay count of the groups ever admitted,
+  by decile of their *initial* headroom (the reference headroom under the stored
+  generation logprobs, which ``add`` computes; decile 0 = the lowest tenth), present once
+  ten groups were admitted. Does a strategy spend its replays on high-headroom groups (HDR,
+  headroom-only) or evenly (naive, recency)? ``agentsearch pareto`` plots the last value.
+  Evicted groups are kept as a histogram of (initial headroom rounded to 1e-3, count).
 """
 
 from __future__ import annotations
@@ -44,8 +50,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentsearch.replay.groups import ReplayGroup
+from agentsearch.replay.scores import headroom
 
-__all__ = ["ScanRecord", "ReplayStats", "selection_metrics", "exposure_concentration"]
+__all__ = ["ScanRecord", "ReplayStats", "selection_metrics", "exposure_concentration",
+           "exposure_by_decile"]
 
 log = logging.getLogger("agentsearch.replay")
 
@@ -118,16 +126,46 @@ def exposure_concentration(histogram: dict[int, int], top_frac: float = 0.1) -> 
     return taken / total
 
 
+def exposure_by_decile(groups: Iterable[tuple[float, int, int]]) -> list[float]:
+    """Mean replay count per decile of initial headroom.
+
+    ``groups``: ``(initial headroom, replay count, number of such groups)`` triples. The
+    groups are ranked by headroom and cut into ten equal shares of the group count (a
+    triple that straddles a cut is split between the two deciles). Returns ten means,
+    lowest headroom first, or ``[]`` with fewer than ten groups.
+    """
+    items = sorted((h, c, m) for h, c, m in groups if m > 0)
+    total = sum(m for _, _, m in items)
+    if total < 10:
+        return []
+    width = total / 10
+    sums = [0.0] * 10
+    pos = 0.0
+    for _, count, m in items:
+        lo, hi = pos, pos + m
+        d = min(int(lo / width), 9)
+        while lo < hi and d < 10:  # spread this triple over the deciles it overlaps
+            end = min(hi, (d + 1) * width) if d < 9 else hi
+            sums[d] += (end - lo) * count
+            lo, d = end, d + 1
+        pos = hi
+    return [s / width for s in sums]
+
+
 class ReplayStats:
     """Counters that outlive single steps: ingress, drought, lifetime exposure, totals.
 
     Lifetime exposure of evicted groups is kept as a histogram (replay count -> groups),
-    so memory stays bounded however long the run. ``drought_steps=0`` turns the drought
+    so memory stays bounded however long the run, and so is their exposure by initial
+    headroom (``headroom_weighting`` as the buffer's). ``drought_steps=0`` turns the drought
     warning off (the ``none`` strategy, which stores nothing, uses that).
     """
 
-    def __init__(self, drought_steps: int = 20) -> None:
+    def __init__(self, drought_steps: int = 20, headroom_weighting: str = "sign") -> None:
         self.drought_steps = int(drought_steps)
+        self.headroom_weighting = headroom_weighting
+        self.evicted_by_h0: dict[tuple[float, int], int] = {}  # (h0 rounded, count) -> groups
+        self._h0: dict[int, float] = {}  # id(group) -> initial headroom, for live groups
         self.steps_since_ingress = 0
         self.ingress_total = 0
         self.scanned_total = 0
@@ -145,6 +183,9 @@ class ReplayStats:
         evicted = list(evicted)
         for g in evicted:
             self.evicted_exposure[g.replay_count] = self.evicted_exposure.get(g.replay_count, 0) + 1
+            key = (round(self._initial_headroom(g), 3), g.replay_count)
+            self.evicted_by_h0[key] = self.evicted_by_h0.get(key, 0) + 1
+            self._h0.pop(id(g), None)
         self.ingress_total += admitted
         self.steps_since_ingress = 0 if admitted else self.steps_since_ingress + 1
         self.last_add = {
@@ -161,6 +202,15 @@ class ReplayStats:
                 "last add: %d offered, %d all-success, %d all-fail). Replay needs groups with "
                 "mixed outcomes: check the task difficulty, answer_correct, or success_threshold.",
                 n, step, offered, all_success, all_fail)
+
+    def _initial_headroom(self, g: ReplayGroup) -> float:
+        """The reference headroom of ``g`` under its stored generation logprobs (what ``add``
+        caches at ingress; recomputed here because scans overwrite the cache), memoised."""
+        h0 = self._h0.get(id(g))
+        if h0 is None:
+            h0 = self._h0[id(g)] = float(headroom(g.gen_logprobs, g.advantages, g.action_mask,
+                                                  self.headroom_weighting))
+        return h0
 
     def metrics(self, live: Sequence[ReplayGroup]) -> dict[str, float]:
         """Buffer-level metrics given the groups now in the buffer."""
@@ -183,6 +233,11 @@ class ReplayStats:
             "replay/accept_rate_lifetime":
                 self.accepted_total / self.scanned_total if self.scanned_total else 0.0,
         }
+        triples = [(h, c, m) for (h, c), m in self.evicted_by_h0.items()]
+        triples += [(self._initial_headroom(g), g.replay_count, 1) for g in live]
+        self._h0 = {id(g): self._h0[id(g)] for g in live}  # forget groups no longer stored
+        for d, mean in enumerate(exposure_by_decile(triples)):
+            out[f"replay/exposure_h0_decile_{d}"] = mean
         out.update(self.last_add)
         return out
 
@@ -192,6 +247,7 @@ class ReplayStats:
                 "ingress_total": self.ingress_total, "scanned_total": self.scanned_total,
                 "accepted_total": self.accepted_total,
                 "evicted_exposure": dict(self.evicted_exposure),
+                "evicted_by_h0": [[h, c, m] for (h, c), m in self.evicted_by_h0.items()],
                 "last_add": dict(self.last_add)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -201,4 +257,7 @@ class ReplayStats:
         self.scanned_total = int(state["scanned_total"])
         self.accepted_total = int(state["accepted_total"])
         self.evicted_exposure = {int(k): int(v) for k, v in state["evicted_exposure"].items()}
+        # absent in states saved before this counter existed
+        self.evicted_by_h0 = {(float(h), int(c)): int(m) for h, c, m in state.get("evicted_by_h0", [])}
+        self._h0 = {}  # the buffer's groups are new objects now
         self.last_add = {str(k): float(v) for k, v in state["last_add"].items()}

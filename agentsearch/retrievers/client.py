@@ -17,6 +17,10 @@ server's message. Arguments the server would refuse are caught here first: ``k``
 ``max_query_chars`` characters so one runaway episode cannot fail a shared batch.
 ``cache_size > 0`` keeps an LRU cache of ``(query, k)`` results. If the server runs with
 other limits than the defaults, pass them here too (``GET /health`` lists them).
+
+Where only a URL can be given (``env_kwargs.index``), client settings ride in its query
+string: ``http://127.0.0.1:8000?micro_batch=false`` sends one request per search, as
+Search-R1's trainer does (``RemoteRetriever.from_url``; ``URL_OPTIONS`` lists the keys).
 """
 
 from __future__ import annotations
@@ -25,13 +29,40 @@ import asyncio
 import random
 import time
 from collections import OrderedDict
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from agentsearch.retrievers.base import Hit, RetrieverError
 from agentsearch.retrievers.batching import MicroBatcher
 
-__all__ = ["RemoteRetriever"]
+__all__ = ["RemoteRetriever", "URL_OPTIONS", "split_url_options"]
 
 _RETRY_STATUS = {429, 500, 502, 503, 504}
+
+URL_OPTIONS = {"micro_batch": bool, "window_ms": float, "max_batch": int, "max_inflight": int,
+               "cache_size": int, "retries": int, "timeout": float}
+"""``RemoteRetriever`` arguments a URL's query string may set, with their types."""
+
+
+def split_url_options(url: str) -> tuple[str, dict]:
+    """``("http://h:p/retrieve", {"micro_batch": False})`` from
+    ``"http://h:p/retrieve?micro_batch=false"``; a key outside ``URL_OPTIONS`` or a value of
+    the wrong type is a ``ValueError`` that names the allowed keys."""
+    parts = urlsplit(url)
+    opts: dict = {}
+    for key, raw in parse_qsl(parts.query, keep_blank_values=True):
+        if key not in URL_OPTIONS:
+            raise ValueError(f"retriever URL option {key!r} is unknown; allowed: {sorted(URL_OPTIONS)}")
+        tp = URL_OPTIONS[key]
+        if tp is bool:
+            if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(f"retriever URL option {key}={raw!r}: expected true or false")
+            opts[key] = raw.lower() in ("true", "1", "yes")
+        else:
+            try:
+                opts[key] = tp(raw)
+            except ValueError:
+                raise ValueError(f"retriever URL option {key}={raw!r}: expected {tp.__name__}") from None
+    return urlunsplit(parts._replace(query="", fragment="")), opts
 
 
 def parse_result(payload, n_queries: int) -> list[list[Hit]]:
@@ -76,6 +107,13 @@ class RemoteRetriever:
         self._client = None
         self._rng = random.Random()
         self.stats = {"requests": 0, "retries": 0, "cache_hits": 0}
+
+    @classmethod
+    def from_url(cls, url: str, **kw) -> RemoteRetriever:
+        """A client for ``url``, whose query string may set ``URL_OPTIONS`` (keyword
+        arguments win over it)."""
+        base, opts = split_url_options(url)
+        return cls(base, **{**opts, **kw})
 
     # -- plumbing -----------------------------------------------------------------
     def _httpx_timeout(self):

@@ -89,7 +89,8 @@ def build_index(corpus_path: str | Path, kind: str, out_dir: str | Path, *,
 def load_retriever(index: str | Path | list, **kw) -> Retriever:
     """Open an index folder by its ``manifest.json``; a list of 2+ folders gives a hybrid
     (reciprocal-rank fusion) retriever over all of them; an ``http://`` URL gives a
-    ``RemoteRetriever`` for a running retrieval server.
+    ``RemoteRetriever`` for a running retrieval server (client settings may ride in its query
+    string: ``?micro_batch=false`` for one request per search).
 
     Keyword arguments go to the backend: ``threads``; for dense ``encoder`` (must match the
     one the index was built with), ``ef_search`` (HNSW), ``nprobe`` (IVF), ``batch_size``.
@@ -103,7 +104,7 @@ def load_retriever(index: str | Path | list, **kw) -> Retriever:
     if str(index).startswith(("http://", "https://")):  # a running `agentsearch serve`
         from agentsearch.retrievers.client import RemoteRetriever
 
-        return RemoteRetriever(str(index), **kw)
+        return RemoteRetriever.from_url(str(index), **kw)  # ?micro_batch=false etc. (client.py)
     index = Path(index)
     manifest = read_manifest(index)
     retriever = _backend(manifest["kind"]).load(index, manifest, **kw)

@@ -1,0 +1,198 @@
+"""scripts/experiments/replay_suite.py: its run list (the budget rule), resumability, one real
+tiny end-to-end run; and what it relies on: the runner helpers, the exposure-by-initial-
+headroom replay metric, and retriever URL options (one request per search)."""
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from agentsearch.analysis.runner import run_finished, run_parallel, train_run
+from agentsearch.replay import HeadroomDriftBuffer, ReplayGroup
+from agentsearch.replay.stats import exposure_by_decile
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "experiments" / "replay_suite.py"
+
+
+def load_suite():
+    spec = importlib.util.spec_from_file_location("replay_suite", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["replay_suite"] = mod  # its dataclass looks its module up while being defined
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def suite_args(tmp_path, **kw):
+    a = dict(out=str(tmp_path), seeds=[0, 1], methods="all", steps=None, parallel=2, threads_per_run=1,
+             preset="tiny", latency=None, search_r1=False, port=0, metric="eval/mean_at_n", dry_run=True,
+             overrides=[])
+    a.update(kw)
+    return argparse.Namespace(**a)
+
+
+def test_run_list_follows_the_budget_rule(tmp_path):
+    suite = load_suite()
+    specs, budget = suite.resolve(suite_args(tmp_path))
+    names = [s.name for s in specs]
+    methods = ["on_policy", "on_policy_larger", "naive", "recency", "headroom_only", "drift_only", "hdr",
+               "gspo_on_policy", "gspo_hdr", "cispo_on_policy", "cispo_hdr", "dapo_on_policy", "dapo_hdr"]
+    assert names == [f"{m}-s{s}" for s in (0, 1) for m in methods]  # seed-major
+    assert budget["fresh_groups_per_step"] == 8 and budget["replay_k_rep"] == 4
+    assert budget["on_policy_larger_fresh_groups"] == 12 and budget["steps"] == 40
+    by = {s.name: s.overrides for s in specs}
+    for s in specs:  # every run: its seed, the latency profile, the same steps (the preset's)
+        assert f"seed={s.seed}" in s.overrides and "tool_latency.kind=lognormal" in s.overrides
+        assert "tool_latency.mean_s=0.2" in s.overrides and not any(o.startswith("steps=") for o in s.overrides)
+        assert s.run == tmp_path / s.name and s.preset == "tiny"
+    assert "prompts_per_step=12" in by["on_policy_larger-s0"]
+    assert not any(o.startswith("prompts_per_step") for o in by["hdr-s0"] + by["on_policy-s0"])
+    assert {"replay.kind=none", "loss=gspo", "clip_low=3e-4", "clip_high=4e-4"} <= set(by["gspo_on_policy-s1"])
+    assert {"replay.kind=hdr", "loss=cispo"} <= set(by["cispo_hdr-s0"])
+    # DAPO: dynamic sampling, clip-higher, overlong shaping over 20% of 4 turns x 32 tokens
+    assert {"dynamic_sampling=true", "overlong_buffer=26", "clip_high=0.28"} <= set(by["dapo_hdr-s0"])
+    # the latency workaround repeats the env's search settings for the wrapped tool
+    assert "env_kwargs.tool_kwargs.search.topk=2" in by["hdr-s0"]
+
+
+def test_methods_groups_steps_latency_and_overrides(tmp_path):
+    suite = load_suite()
+    specs, budget = suite.resolve(suite_args(tmp_path, methods="hdr,on_policy", seeds=[3], steps=2,
+                                             latency="none", overrides=["eval.limit=20"]))
+    assert [s.name for s in specs] == ["hdr-s3", "on_policy-s3"]
+    assert budget["latency"] == "none" and budget["steps"] == 2
+    assert "steps=2" in specs[0].overrides and "eval.limit=20" in specs[0].overrides
+    assert not any("tool_latency" in o or "tool_kwargs" in o for o in specs[0].overrides)
+    assert len(suite.resolve(suite_args(tmp_path, methods="losses"))[0]) == 12
+    with pytest.raises(SystemExit, match="unknown method 'hdrr'"):
+        suite.resolve(suite_args(tmp_path, methods="hdr,hdrr"))
+    with pytest.raises(SystemExit, match="lr"):  # a bad override fails before anything runs
+        suite.resolve(suite_args(tmp_path, overrides=["lr=fast"]))
+    specs, budget = suite.resolve(suite_args(tmp_path, search_r1=True, seeds=[0]))
+    assert [(s.name, s.preset) for s in specs] == [("search_r1_equivalent-s0", "search-r1-equivalent"),
+                                                   ("full_stack-s0", "full-stack")]
+    assert specs[0].run == tmp_path / "search_r1" / "search_r1_equivalent-s0" and budget["latency"] == "none"
+
+
+def test_dry_run_lists_runs_and_skips_finished_ones(tmp_path):
+    done = tmp_path / "hdr-s0"
+    (done / "final").mkdir(parents=True)
+    (done / "metrics.jsonl").write_text("{}\n")
+    (tmp_path / "on_policy-s0").mkdir()
+    (tmp_path / "on_policy-s0" / "config.yaml").write_text("seed: 0\n")
+    res = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--seeds", "0", "1", "--methods", "replay",
+                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    lines = [ln for ln in res.stdout.splitlines() if "agentsearch train" in ln]
+    assert len(lines) == 14
+    state = {ln.split()[0]: ln for ln in lines}
+    assert "finished (skip)" in state["hdr-s0"] and "resume" in state["on_policy-s0"] and " new " in state["hdr-s1"]
+    assert f"--preset tiny --out {tmp_path}/on_policy_larger-s1 seed=1" in state["on_policy_larger-s1"]
+    assert json.loads(res.stdout.splitlines()[0].removeprefix("budget: "))["fresh_groups_per_step"] == 8
+    assert not (tmp_path / "suite.json").exists()  # a dry run writes nothing
+
+
+@pytest.mark.slow
+def test_tiny_suite_end_to_end(tmp_path):
+    """The real thing, tiny: 2 steps of hdr and on-policy, 20 dev questions, one seed."""
+    cmd = [sys.executable, str(SCRIPT), "--steps", "2", "--seeds", "0", "--methods", "hdr,on_policy",
+           "--out", str(tmp_path), "eval.limit=20", "eval.every=1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["suite"] == "replay" and summary["failed"] == []
+    assert set(summary["methods"]) == {"hdr", "on_policy"}
+    for m in summary["methods"].values():
+        assert m["seeds"] == 1 and 0.0 <= m["final_dev_em_mean"] <= 1.0 and m["train_s_mean"] > 0
+        assert m["reached_target"] in ("0/1", "1/1")
+    assert summary["target"]["method"] == "on_policy" and summary["budget"]["steps"] == 2
+    for f in ("pareto.png", "pareto.md", "pareto_time_to_target.csv", "pareto_replay.png", "pareto_time.csv"):
+        assert (tmp_path / "analysis" / f).exists(), f
+    assert run_finished(tmp_path / "hdr-s0") and (tmp_path / "hdr-s0" / "train.log").exists()
+    recs = [json.loads(line) for line in (tmp_path / "hdr-s0" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs if "eval/mean_at_n" in r] == [0, 1, 2]
+    assert recs[0]["eval/mean_at_n"] > 0  # the base answers some questions: the env kept topk 2
+    # resumable: a second call trains nothing and reports the same numbers
+    res2 = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert res2.returncode == 0 and res2.stderr.count("finished before; skipped") == 2
+    assert json.loads(res2.stdout.strip().splitlines()[-1])["methods"] == summary["methods"]
+
+
+# ------------------------------------------------------------------ runner helpers
+def test_run_parallel_keeps_order_and_exceptions():
+    def f(x):
+        if x == 2:
+            raise ValueError("boom")
+        return x * 10
+
+    out = run_parallel(f, [1, 2, 3], parallel=2)
+    assert out[0] == 10 and out[2] == 30 and isinstance(out[1], ValueError)
+
+
+def test_train_run_skips_finished_runs(tmp_path):
+    (tmp_path / "final").mkdir()
+    (tmp_path / "metrics.jsonl").write_text("{}\n")
+    assert train_run(tmp_path, "no-such-preset", ["bad"]) is False  # nothing is started
+
+
+# ------------------------------------------------------------------ replay: exposure by initial headroom
+def test_exposure_by_decile_hand_worked():
+    assert exposure_by_decile([(i / 10, i, 1) for i in range(10)]) == [float(i) for i in range(10)]
+    assert exposure_by_decile([(float(i), i, 1) for i in range(20)]) == [2 * d + 0.5 for d in range(10)]
+    # 20 groups in 3 triples straddling the cuts (width 2): 5 at h=.1 replayed twice, 10 at
+    # h=.5 never, 5 at h=.9 four times -> decile 2 = (1 * 2 + 1 * 0) / 2, decile 7 = (0 + 4) / 2
+    got = exposure_by_decile([(0.9, 4, 5), (0.1, 2, 5), (0.5, 0, 10)])
+    assert got == pytest.approx([2, 2, 1, 0, 0, 0, 0, 2, 4, 4])
+    assert exposure_by_decile([(0.5, 1, 9)]) == []
+
+
+def _group(pid, p, step):
+    n, t = 2, 3
+    return ReplayGroup(prompt_id=pid, token_ids=torch.zeros(n, t, dtype=torch.long),
+                       action_mask=torch.ones(n, t, dtype=torch.bool),
+                       gen_logprobs=torch.full((n, t), math.log(p)), advantages=torch.tensor([1.0, 1.0]),
+                       rewards=torch.tensor([1.0, 0.0]), answer_correct=None, born_step=step)
+
+
+def test_buffer_logs_exposure_by_initial_headroom_through_eviction_and_resume():
+    # headroom-only order, no gate: the highest cached headroom (lowest p) is replayed each step
+    buf = HeadroomDriftBuffer(capacity=12, k_rep=1, tau=math.inf, gate=False, order="headroom")
+    buf.add([_group(i, 0.05 + 0.09 * i, 0) for i in range(10)], 0)   # initial headroom 0.95 .. 0.14
+    assert "replay/exposure_h0_decile_0" in buf.metrics()
+    for step in (1, 2, 3):
+        buf.select(lambda gs: [g.gen_logprobs for g in gs], step)
+    m = buf.metrics()
+    assert m["replay/exposure_h0_decile_9"] == 3.0 and sum(m[f"replay/exposure_h0_decile_{d}"] for d in range(9)) == 0
+    buf.add([_group(100 + i, 0.5, 4) for i in range(5)], 4)             # evicts the 3 oldest (replayed one among them)
+    state = buf.state_dict()
+    assert [h for h, c, n in state["stats"]["evicted_by_h0"] if c == 3] == [0.95]
+    fresh = HeadroomDriftBuffer(capacity=12, k_rep=1, tau=math.inf, gate=False, order="headroom")
+    fresh.load_state_dict(state)
+    assert {k: v for k, v in fresh.metrics().items() if "decile" in k} == \
+        {k: v for k, v in buf.metrics().items() if "decile" in k}
+    # the top decile (2 of 15 groups, straddling) holds the 3 replays of the h0=0.95 group
+    assert buf.metrics()["replay/exposure_h0_decile_9"] == pytest.approx(3 / 1.5)
+
+
+# ------------------------------------------------------------------ retriever URL options
+def test_url_options_make_one_request_per_search():
+    from agentsearch.retrievers import load_retriever
+    from agentsearch.retrievers.client import split_url_options
+
+    assert split_url_options("http://h:1/retrieve?micro_batch=false&window_ms=2") == (
+        "http://h:1/retrieve", {"micro_batch": False, "window_ms": 2.0})
+    r = load_retriever("http://127.0.0.1:9?micro_batch=0&cache_size=5")
+    assert r.url == "http://127.0.0.1:9/retrieve" and r.micro_batch is False and r.cache_size == 5
+    assert load_retriever("http://127.0.0.1:9").micro_batch is True
+    with pytest.raises(ValueError, match="unknown; allowed"):
+        split_url_options("http://h:1?microbatch=false")
+    with pytest.raises(ValueError, match="expected true or false"):
+        split_url_options("http://h:1?micro_batch=maybe")
