@@ -11,6 +11,11 @@ Prints one JSON line per measurement:
    a fixed latency ``--latency`` seconds; episode ``i`` makes ``1 + i % 3`` tool calls. The
    ideal is the longest episode's total tool time (``max_calls * latency``): what perfect
    overlap of all episodes' calls would give.
+3. ``vision_overhead``: the same per-turn overhead on ``agentsearch/Vision-v0`` with images:
+   turn 1 crops (the tool renders an enlarged region, an image observation), turn 2
+   answers; observations are tokenised by the tiny VLM's tokenizer (each ``<image>`` expands
+   to 16 image tokens), and ``pixels_ms_per_image`` is the processor's cost of turning an
+   episode's images into pixels (what the trainer stores with each replay group).
 
     OMP_NUM_THREADS=1 python scripts/bench_env.py --episodes 256 --latency 0.1
 """
@@ -108,6 +113,43 @@ def bench_overlap(tok, episodes: int, latency: float) -> dict:
             "rollout_wall_s": round(wall, 3), "all_correct": all(e.answer_correct for e in eps)}
 
 
+def bench_vision(episodes: int) -> dict:
+    from agentsearch.envs.vision import VisionEnv
+    from agentsearch.vlm import load_vlm
+    from agentsearch.vlm_text import ImageTextTokenizer
+
+    _, processor = load_vlm("tiny-vlm")
+    tok = ImageTextTokenizer(processor)
+    kw = dict(chat_template="none", system_prompt="Answer. ", image_size=64)
+    tasks = VisionEnv(split="dev", **kw).tasks
+    tasks = [tasks[i % len(tasks)] for i in range(episodes)]
+    answers = {t["question"]: t["golden_answers"][0] for t in tasks}
+
+    def policy(conv: str) -> str:
+        if "<information>" not in conv:
+            return "<crop> top-left </crop>"
+        q = conv.split("Question: ", 1)[1].split("\n", 1)[0]
+        return f"<answer> {answers.get(q, 'x')} </answer>"
+
+    factory = lambda: VisionEnv(split="dev", max_turns=3, **kw)  # noqa: E731
+    backend = ScriptedBackend(tok, policy)
+    rollout(factory, tasks[:8], backend, SamplingParams(max_new_tokens=64))  # warm up
+    eps, st = rollout(factory, tasks, backend, SamplingParams(max_new_tokens=64))
+    images = [im for e in eps for im in e.info["images"]]
+    t0 = time.perf_counter()
+    for e in eps:
+        tok.pixel_values(e.info["images"])
+    pixels_s = time.perf_counter() - t0
+    overhead = st.time_env + st.time_reward + st.time_tokenize
+    return {"bench": "vision_overhead", "episodes": episodes, "turns": st.generate_calls,
+            "images": len(images), "overhead_s_per_turn": round(overhead / st.generate_calls, 5),
+            "overhead_us_per_episode_turn": round(1e6 * overhead / st.turns, 1),
+            "env_step_s_per_turn": round((st.time_env + st.time_reward) / st.generate_calls, 5),
+            "tokenize_mask_s_per_turn": round(st.time_tokenize / st.generate_calls, 5),
+            "pixels_ms_per_image": round(1e3 * pixels_s / max(len(images), 1), 3),
+            "tokens_per_episode": round(sum(len(e.token_ids) for e in eps) / episodes, 1)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--episodes", type=int, default=256)
@@ -119,6 +161,7 @@ def main() -> None:
     for fmt in ("tags", "json"):
         print(json.dumps({**bench_overhead(tok, a.episodes, fmt), **host}), flush=True)
     print(json.dumps({**bench_overlap(tok, a.episodes, a.latency), **host}), flush=True)
+    print(json.dumps({**bench_vision(a.episodes), **host}), flush=True)
 
 
 if __name__ == "__main__":

@@ -155,25 +155,10 @@ def resolve(a) -> tuple[list[Spec], dict]:
                               out / f"{m}-s{seed}"))
     for s in specs:  # validate every run before any starts
         try:
-            cfg = apply_overrides(TrainConfig, s.preset, s.overrides)
+            apply_overrides(TrainConfig, s.preset, s.overrides)
         except ConfigError as e:
             raise SystemExit(f"replay_suite: {s.name}: {e}") from None
-        s.overrides += latency_tool_overrides(cfg)
     return specs, budget
-
-
-def latency_tool_overrides(cfg, **extra) -> list[str]:
-    """Workaround (2026-11-30): with a ``tool_latency`` profile, ``trainer/setup.build_envs``
-    builds the search tool it wraps from ``env_kwargs.tool_kwargs`` alone, so the env's
-    ``topk``, ``world_seed`` and ``index`` are lost (the demo's base, trained on 2 passages,
-    then reads 3 and scores 0). Repeat them there; harmless once build_envs wraps the env's
-    own tools."""
-    ek = cfg.env_kwargs
-    if cfg.tool_latency.kind == "none" or "tool_kwargs" in ek or cfg.env != "agentsearch/Search-v0":
-        return []
-    search = {"topk": ek.get("topk", 3), "world_seed": ek.get("world_seed", 0),
-              "index": ek.get("index"), "world_entities": ek.get("world_entities"), **extra}
-    return [f"env_kwargs.tool_kwargs.search.{k}={v}" for k, v in search.items() if v is not None]
 
 
 # ------------------------------------------------------------------ the retrieval server
@@ -319,8 +304,6 @@ def main() -> int:
             for s in specs:
                 if s.method == "search_r1_equivalent":
                     index = [f"env_kwargs.index={url}?micro_batch=false"]
-                    if any(o.startswith("env_kwargs.tool_kwargs.search.") for o in s.overrides):
-                        index.append(f"env_kwargs.tool_kwargs.search.index={url}?micro_batch=false")
                     s.overrides += index
                     s.resume_overrides += index  # a resumed run's config names an old port
         results = run_parallel(lambda s: one(s, a.threads_per_run), specs, a.parallel)
