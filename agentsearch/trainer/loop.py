@@ -207,6 +207,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
 def main(preset: str, out: str | None, overrides: list[str], resume: str | None = None) -> int:
     """``agentsearch train``: preset + overrides, or ``--resume RUN_DIR``."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per retrieval request
     if resume:
         run_dir = Path(resume)
         if not (run_dir / "config.yaml").exists():
