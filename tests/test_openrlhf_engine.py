@@ -42,6 +42,9 @@ def rig():
     yield SimpleNamespace(run=runner.run, engine=engine, tok=tok, tasks=tasks)
     engine.llm.shutdown()
     runner.close()
+    import ray
+
+    ray.shutdown()  # start_engine started a local Ray runtime; later tests expect none
 
 
 def _play(rig, tasks, n):

@@ -117,12 +117,16 @@ def test_on_policy_launch_has_no_replay_and_fresh_batch(tmp_path):
     assert parse_openrlhf_args(cmd[5:]).rollout.batch_size == 8
 
 
-def test_bad_input_is_refused_before_ray_starts(tmp_path):
+def test_bad_input_is_refused_before_ray_starts(tmp_path, monkeypatch):
     import ray
 
     from agentsearch.engines.openrlhf.launch import launch, parse_openrlhf_args
 
-    assert not ray.is_initialized()
+    def no_ray(*a, **k):
+        raise AssertionError("Ray was started")
+
+    monkeypatch.setattr(ray, "init", no_ray)
+    was = ray.is_initialized()
     with pytest.raises(ConfigError, match="not a registered env"):
         launch(_launch_cfg(tmp_path, "train.env=agentsearch/Nope-v0"), dry_run=True)
     with pytest.raises(ConfigError, match="does not answer"):
@@ -134,7 +138,7 @@ def test_bad_input_is_refused_before_ray_starts(tmp_path):
     with pytest.raises(ConfigError, match="OpenRLHF refused"):  # one of OpenRLHF's own checks
         parse_openrlhf_args(["--actor.model_name_or_path", "x", "--train.agent_func_path", "a.py",
                              "--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "1"])
-    assert not ray.is_initialized()
+    assert ray.is_initialized() == was
 
 
 def test_cli_reports_bad_input_with_exit_code_2(tmp_path, capsys):
