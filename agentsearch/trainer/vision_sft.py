@@ -22,7 +22,7 @@ import re
 
 import torch
 
-from agentsearch.rollout import Episode, SamplingParams, ScriptedBackend, rollout
+from agentsearch.rollout import Episode, EventLoop, SamplingParams, ScriptedBackend, rollout
 from agentsearch.trainer.logprobs import batch_pixels, token_logprobs
 from agentsearch.trainer.losses import sft_loss
 from agentsearch.trainer.update import Row, pad_rows
@@ -56,15 +56,16 @@ def vision_oracle_episodes(env_factory, tok, tasks: list[dict], *, strategies: d
     rng = random.Random(seed)
     names, weights = list(strategies), list(strategies.values())
     episodes = []
-    for task in tasks:
-        look = rng.choices(names, weights)[0] == "look"
-        answer = task["golden_answers"][0] if look else guess_answer(task)
-        text = f"<answer> {answer} </answer>"
-        backend = ScriptedBackend(tok, lambda conversation, text=text: text)
-        (ep,), _ = rollout(env_factory, [task], backend, SamplingParams(max_new_tokens=64),
-                           max_turns=max_turns, max_seq_len=max_seq_len)
-        ep.info["strategy"] = "look" if look else "guess"
-        episodes.append(ep)
+    with EventLoop() as loop:  # one loop for all the per-task rollouts, not one each
+        for task in tasks:
+            look = rng.choices(names, weights)[0] == "look"
+            answer = task["golden_answers"][0] if look else guess_answer(task)
+            text = f"<answer> {answer} </answer>"
+            backend = ScriptedBackend(tok, lambda conversation, text=text: text)
+            (ep,), _ = rollout(env_factory, [task], backend, SamplingParams(max_new_tokens=64),
+                               max_turns=max_turns, max_seq_len=max_seq_len, loop=loop)
+            ep.info["strategy"] = "look" if look else "guess"
+            episodes.append(ep)
     return episodes
 
 
