@@ -120,12 +120,18 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
 
 def _scalar(v: Any) -> Any:
     """Free-form mappings (``env_kwargs``) get command-line strings typed like YAML scalars:
-    ``topk=2`` -> 2, ``x=1e-3`` -> 0.001, ``flag=true`` -> True, ``y=null`` -> None."""
+    ``topk=2`` -> 2, ``x=1e-3`` -> 0.001, ``flag=true`` -> True, ``y=null`` -> None; a YAML
+    flow list or mapping too: ``kinds=[quarter,bar]`` -> ["quarter", "bar"], ``tools=[]`` -> []."""
     if isinstance(v, dict):
         return {k: _scalar(x) for k, x in v.items()}
     if not isinstance(v, str):
         return v
     low = v.strip().lower()
+    if low[:1] in ("[", "{"):
+        try:
+            return _scalar(yaml.safe_load(v)) if low[:1] == "{" else yaml.safe_load(v)
+        except yaml.YAMLError:
+            return v  # not YAML after all: a string that starts with a bracket
     if low in ("true", "false"):
         return low == "true"
     if low in ("null", "~"):

@@ -61,9 +61,11 @@ class WithMapping:
 def test_free_form_mapping_values_are_typed():
     cfg = apply_overrides(WithMapping, {"kwargs": {"topk": 3, "name": "x"}},
                           ["kwargs.topk=2", "kwargs.tau=1e-3", "kwargs.flag=true", "kwargs.none=null",
-                           "kwargs.prompt=Search with <search> q </search>: then answer."])
+                           "kwargs.prompt=Search with <search> q </search>: then answer.",
+                           "kwargs.kinds=[zoom, bar]", "kwargs.tools=[]", "kwargs.sub={a: 1}", "kwargs.odd=[x"])
     assert cfg.kwargs == {"topk": 2, "name": "x", "tau": 1e-3, "flag": True, "none": None,
-                          "prompt": "Search with <search> q </search>: then answer."}
+                          "prompt": "Search with <search> q </search>: then answer.",
+                          "kinds": ["zoom", "bar"], "tools": [], "sub": {"a": 1}, "odd": "[x"}
 
 
 # --- TrainConfig validation: settings that cannot work are errors that say how to fix them

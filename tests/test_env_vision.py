@@ -25,6 +25,7 @@ from agentsearch.envs.vision_tasks import (
     BACKGROUND,
     COLOURS,
     KINDS,
+    QUARTERS,
     load_geometry3k,
     render,
     synthetic_vision,
@@ -121,6 +122,16 @@ def test_every_answer_is_what_the_pixels_show():
             below = px[spec["baseline"] + 2:]
             for b in spec["bars"]:  # every bar has its label's ink under it
                 assert (below[:, b["x"]:b["x"] + b["width"]] < 100).any(), row["id"]
+        elif row["type"] == "quarter":  # the named quarter holds exactly one colour: the answer
+            half = spec["size"] // 2
+            quarter = next(q for q in QUARTERS if f"the {q} quarter" in row["question"])
+            i = QUARTERS.index(quarter)
+            for j in range(4):
+                sub = px[(j // 2) * half:(j // 2 + 1) * half, (j % 2) * half:(j % 2 + 1) * half]
+                present = [c for c in COLOURS if _mask(sub, c).any()]
+                assert len(present) == 1, row["id"]
+                if j == i:
+                    assert present == [gold], row["id"]
         else:  # left_of: order the colours by their leftmost pixel
             shape_colour = {o["shape"]: o["colour"] for o in spec["shapes"]}
             assert len(shape_colour) == len(spec["shapes"])  # shape names are unique
@@ -343,3 +354,27 @@ def test_images_of_a_dropped_observation_are_not_kept():
     assert ep.truncated and ep.info["truncated_by"] == "max_turns"
     text = tok.decode(ep.token_ids, skip_special_tokens=False)
     assert len(ep.info["images"]) == text.count(TOKEN) == 1
+
+
+def test_changed_task_generation_never_reuses_old_pictures(monkeypatch, tmp_path):
+    """The picture cache is keyed by the rows' content: when a kind's generator changes (same
+    seed, split and size), new PNGs are drawn instead of the old rows' pictures being served
+    with the new rows' questions."""
+    from agentsearch.envs import vision_tasks
+
+    monkeypatch.setenv("AGENTSEARCH_CACHE", str(tmp_path))
+    vision_tasks._rows.cache_clear()
+    before = synthetic_vision("dev", n=6, size=64, kinds=("quarter",))
+    quarter = vision_tasks._MAKERS["quarter"]
+
+    def shifted(r, size):  # the same kind, drawn from a different point of the stream
+        r.random()
+        return quarter(r, size)
+
+    monkeypatch.setitem(vision_tasks._MAKERS, "quarter", shifted)
+    vision_tasks._rows.cache_clear()
+    after = synthetic_vision("dev", n=6, size=64, kinds=("quarter",))
+    vision_tasks._rows.cache_clear()
+    assert Path(before[0]["image"]).parent != Path(after[0]["image"]).parent
+    for row in after:
+        assert np.array_equal(_pixels(row), np.asarray(render(row["spec"]))), row["id"]

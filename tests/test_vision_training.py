@@ -97,11 +97,43 @@ def test_tiny_vision_trains_end_to_end_and_resumes(tmp_path):
 
     over = ["steps=2", "sft.steps=5", "sft.episodes=40", "eval.limit=16", "eval.every=1",
             "prompts_per_step=4", "group_size=4", "checkpoint_every=1", "threads=1",
-            "sft.strategies.look=1.0", "sft.strategies.guess=0.0"]
+            "sft.pretrain_steps=3", "sft.pretrain_episodes=20"]
     assert train_main(preset="tiny-vision", out=str(tmp_path / "run"), overrides=over) == 0
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     last = rows[-1]
+    warm = rows[0]  # both warm-start stages ran, each on its own population
+    assert warm["sft/pretrain_steps"] == 3 and warm["sft/pretrain_episodes"] == 20 and warm["sft/steps"] == 5
+    assert warm["sft/pretrain_crop_share"] + warm["sft/pretrain_guess_share"] == 1.0
     assert last["eval/questions"] == 16 and "replay/buffer_size" in last and "time/update" in last
     assert train_main(preset="tiny-vision", out=None, overrides=["steps=3"], resume=str(tmp_path / "run")) == 0
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert max(r.get("step", 0) for r in rows) == 3
+
+
+def test_the_crop_population_zooms_into_the_named_quarter_then_answers(vlm):
+    """The warm start's agents on ``quarter`` questions: ``crop`` asks for the quarter the
+    question names and answers what the enlarged quarter shows (gold, checked by the env's
+    reward); ``guess`` answers at once with one of the picture's colours."""
+    from agentsearch.envs.vision import VisionEnv
+    from agentsearch.envs.vision_tasks import QUARTERS
+    from agentsearch.trainer.vision_sft import crop_region, guess_answer, vision_oracle_episodes
+
+    _, tok = vlm
+    kw = dict(KW, kinds=("quarter",), image_size=128, tools=("crop",))
+    env = VisionEnv(split="train", **kw)
+    tasks = env.tasks[:12]
+    crop = vision_oracle_episodes(lambda: env, tok, tasks, strategies={"crop": 1.0}, max_turns=2, max_seq_len=256)
+    for task, ep in zip(tasks, crop):
+        region = crop_region(task)
+        assert region in QUARTERS and f"the {region} quarter" in task["question"]
+        assert ep.info["strategy"] == "crop" and ep.info["tool_calls"] == 1 and ep.answer_correct
+        assert len(ep.info["images"]) == 2 and f"<crop> {region} </crop>" in tok.decode(ep.token_ids)
+    guess = vision_oracle_episodes(lambda: env, tok, tasks, strategies={"guess": 1.0}, max_turns=2,
+                                   max_seq_len=256, seed=1)
+    for task, ep in zip(tasks, guess):
+        assert ep.info["tool_calls"] == 0 and len(ep.info["images"]) == 1
+        assert ep.info["answer"] in {o["colour"] for o in task["spec"]["shapes"]}
+    assert 0 < sum(ep.answer_correct for ep in guess) < len(tasks)  # right about a quarter of the time
+    assert guess_answer(tasks[0]) == guess_answer(tasks[0])  # without an rng: seeded by the task id
+    with pytest.raises(ValueError, match="shares of"):
+        vision_oracle_episodes(lambda: env, tok, tasks, strategies={"crop": 0.5, "peek": 0.5})

@@ -42,7 +42,7 @@ class VisionEnvConfig(TextEnvConfig):
     n_tasks: int | None = None
     """Synthetic tasks in the split (default 2000 train, 200 dev, 200 test)."""
     kinds: tuple = KINDS
-    """Synthetic task kinds to draw from: ``bar``, ``bigger``, ``count``, ``left_of``."""
+    """Synthetic task kinds to draw from: ``bar``, ``bigger``, ``count``, ``left_of``, ``zoom``."""
     image_size: int = 96
     """Width and height of the synthetic pictures, in pixels (>= 48)."""
     data_path: str | None = None

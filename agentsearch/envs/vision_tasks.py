@@ -1,13 +1,16 @@
 """Vision tasks: seeded synthetic pictures drawn with Pillow, and a Geometry3K-style loader.
 
 ``synthetic_vision(split, n, seed, size, kinds)`` makes small RGB pictures (``size`` x
-``size`` pixels, 96 by default) with exact answers, of four kinds:
+``size`` pixels, 96 by default) with exact answers, of five kinds:
 
 - ``bigger``: two shapes of different colours; which is bigger (answer: its colour);
 - ``count``: 1-6 shapes; how many (answer: an integer, checked with math-verify);
 - ``bar``: a bar chart with 3-5 bars labelled by letters; which is tallest (its label);
 - ``left_of``: 3-4 shapes of distinct kinds and colours in a row; the colour of the shape
-  directly left of a named one.
+  directly left of a named one;
+- ``quarter``: one shape in each quarter of the picture, four colours; the colour of the
+  one in a named quarter (``top-left`` ...: a region name ``crop`` takes, so cropping that
+  quarter leaves one shape and one colour in view).
 
 Shapes are drawn without anti-aliasing on white, in the colours of ``COLOURS``, with gaps
 between them, so every answer can be re-derived from the pixels. Each row keeps the
@@ -33,10 +36,10 @@ from PIL import Image, ImageDraw, ImageFont
 from agentsearch.envs.images import DEFAULT_MAX_IMAGE_PIXELS, check_image
 
 __all__ = ["synthetic_vision", "render", "load_geometry3k", "KINDS", "COLOURS", "SHAPES",
-           "SPLIT_SIZES", "BAR_LABELS", "BACKGROUND"]
+           "SPLIT_SIZES", "BAR_LABELS", "BACKGROUND", "QUARTERS"]
 
 SPLIT_SIZES = {"train": 2000, "dev": 200, "test": 200}
-KINDS = ("bar", "bigger", "count", "left_of")
+KINDS = ("bar", "bigger", "count", "left_of", "quarter")
 COLOURS = {"red": (230, 25, 75), "green": (60, 180, 75), "blue": (0, 130, 200),
            "yellow": (255, 200, 0), "orange": (245, 130, 48), "purple": (145, 30, 180)}
 SHAPES = ("circle", "square", "triangle", "diamond")
@@ -44,7 +47,7 @@ BAR_LABELS = "BCDEFGHJKLMNPQRSTUVWXYZ"  # no A (an article to the answer normali
 BACKGROUND = (255, 255, 255)
 _INK = (0, 0, 0)
 _AREA = {"circle": 0.785, "square": 1.0, "triangle": 0.5, "diamond": 0.5}  # x side^2
-_VERSION = 1  # bump when drawing or generation changes (it names the cache folder)
+_VERSION = 1  # bump when drawing changes (names the cache folder; the rows' hash names it too)
 log = logging.getLogger(__name__)
 
 
@@ -165,7 +168,22 @@ def _left_of(r: random.Random, size: int):
     return {"size": size, "shapes": _shapes(kinds, colours, sides, corners)}, q, [colours[j - 1]], "text"
 
 
-_MAKERS = {"bar": _bar, "bigger": _bigger, "count": _count, "left_of": _left_of}
+QUARTERS = ("top-left", "top-right", "bottom-left", "bottom-right")  # crop's region names
+
+
+def _quarter(r: random.Random, size: int):
+    colours = r.sample(sorted(COLOURS), 4)
+    half = size // 2
+    sides = [r.randint(half * 3 // 5, half * 17 // 20) for _ in QUARTERS]
+    corners = [((i % 2) * half + r.randint(2, half - s - 2), (i // 2) * half + r.randint(2, half - s - 2))
+               for i, s in enumerate(sides)]
+    kinds = [r.choice(SHAPES) for _ in QUARTERS]
+    j = r.randrange(4)
+    q = f"What colour is the shape in the {QUARTERS[j]} quarter of the image? Answer with the colour."
+    return {"size": size, "shapes": _shapes(kinds, colours, sides, corners)}, q, [colours[j]], "text"
+
+
+_MAKERS = {"bar": _bar, "bigger": _bigger, "count": _count, "left_of": _left_of, "quarter": _quarter}
 
 
 def _check_args(split: str, size: int, kinds: tuple[str, ...]) -> None:
@@ -202,11 +220,16 @@ def _rows(split: str, n: int, seed: int, size: int, kinds: tuple[str, ...]) -> t
 
 def _image_dir(split: str, n: int, seed: int, size: int, kinds: tuple[str, ...],
                rows: tuple[dict, ...]) -> Path:
-    """The folder with one PNG per row, written on first use (to a temp folder, renamed)."""
+    """The folder with one PNG per row, written on first use (to a temp folder, renamed). Its
+    name holds a hash of the rows, so a change to how tasks are generated never reuses the
+    pictures of the old rows."""
+    import hashlib
+
     from agentsearch.cache import cache_dir, publish_dir
 
+    digest = hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()[:12]
     out = (cache_dir() / "vision" / f"v{_VERSION}-seed{seed}-{size}px-{'-'.join(kinds)}"
-           / f"{split}-n{n}")
+           / f"{split}-n{n}-{digest}")
     if (out / "tasks.jsonl").exists():
         return out
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")

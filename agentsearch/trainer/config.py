@@ -77,14 +77,15 @@ class SFTConfig:
     """Oracle trajectories to generate (train split)."""
     pretrain_steps: int = 0
     """Causal-LM steps on all tokens of a disjoint world's oracle transcripts, before SFT
-    (for randomly initialised tiny models; 0 = off)."""
+    (for randomly initialised tiny models; 0 = off). For ``agentsearch/Vision-v0``: a first
+    SFT stage on the population ``pretrain_strategies`` (where perception is learnt)."""
     pretrain_world_seed: int = 1000
     """The first disjoint world for pretraining; must differ from env_kwargs.world_seed."""
     pretrain_worlds: int = 1
     """Pretrain on this many disjoint worlds (seeds ``pretrain_world_seed``, +1, ...): diverse
     transcripts teach a tiny model to copy from context instead of memorising them."""
     pretrain_episodes: int = 3000
-    """Oracle transcripts to pretrain on, per disjoint world."""
+    """Oracle transcripts to pretrain on, per disjoint world (vision: train-split episodes)."""
     pretrain_lr: float | None = None
     """Pretraining learning rate (None: ``lr``)."""
     pretrain_batch_size: int | None = None
@@ -103,7 +104,7 @@ class SFTConfig:
     strategies: dict = field(default_factory=lambda: {"thorough": 1.0})
     """Shares of the oracle population in SFT (``agentsearch.envs.oracle.STRATEGIES``:
     ``thorough``, ``one_search``); they differ only in when they stop searching. For
-    ``agentsearch/Vision-v0``: ``look`` / ``guess`` (``trainer/vision_sft.py``)."""
+    ``agentsearch/Vision-v0``: ``look`` / ``crop`` / ``guess`` (``trainer/vision_sft.py``)."""
     pretrain_strategies: dict | None = None
     """The population's shares in pretraining (None: ``strategies``)."""
     log_every: int = 100
@@ -118,7 +119,7 @@ class SFTConfig:
                 continue
             try:
                 shares = dict(value)
-                if shares and set(shares) <= {"look", "guess"}:  # the vision population
+                if shares and set(shares) <= {"look", "crop", "guess"}:  # vision_sft.VISION_STRATEGIES
                     if any(v < 0 for v in shares.values()) or abs(sum(shares.values()) - 1) > 1e-6:
                         raise ValueError(f"shares must be non-negative and sum to 1: {shares}")
                     continue

@@ -1,11 +1,15 @@
 """Warm start for ``agentsearch/Vision-v0``: SFT on a scripted population's trajectories.
 
-The population (``VISION_STRATEGIES``) differs in whether it *looks*:
+The population (``VISION_STRATEGIES``) differs in whether it *looks*, and how closely:
 
 - ``look``: answers with the task's gold answer (the picture decides it);
-- ``guess``: answers without looking, from the question alone: for "which is bigger, the
-  green square or the blue square?" the first colour named; otherwise a fixed plausible
-  answer per question kind ("3" for counts, the most common colour, the first bar label).
+- ``crop``: first zooms in (``<crop> REGION </crop>``, the quarter the question names, or
+  ``full``), then answers with the gold answer (the enlarged region decides it);
+- ``guess``: answers without looking closely: for "which is bigger, the green square or
+  the blue square?" the first colour named; for a ``quarter`` question one of the picture's
+  colours at random (a glance shows the colours, not where they are); otherwise a fixed
+  plausible answer per question kind ("3" for counts, the most common colour, the first
+  bar label).
 
 Both play the real env through ``ScriptedBackend`` (so the token layout is exactly a
 sampled one: prompt, then the answer turn) and the loss covers policy tokens only, with the
@@ -22,21 +26,26 @@ import re
 
 import torch
 
+from agentsearch.envs.vision_tasks import QUARTERS
 from agentsearch.rollout import Episode, EventLoop, SamplingParams, ScriptedBackend, rollout
 from agentsearch.trainer.logprobs import batch_pixels, token_logprobs
 from agentsearch.trainer.losses import sft_loss
 from agentsearch.trainer.update import Row, pad_rows
 
-__all__ = ["VISION_STRATEGIES", "guess_answer", "vision_oracle_episodes", "vision_sft_train",
+__all__ = ["VISION_STRATEGIES", "guess_answer", "crop_region", "vision_oracle_episodes", "vision_sft_train",
            "vision_warm_start"]
 
-VISION_STRATEGIES = ("look", "guess")
+VISION_STRATEGIES = ("look", "crop", "guess")
 _GUESS = {"count": "3", "left_of": "red"}
 
 
-def guess_answer(task: dict) -> str:
-    """An answer from the question alone (the ``guess`` agent's)."""
+def guess_answer(task: dict, rng: random.Random | None = None) -> str:
+    """The ``guess`` agent's answer: from the question alone, or for ``quarter`` a colour of the
+    picture drawn with ``rng`` (default: seeded by the task id)."""
     kind = task.get("type")
+    if kind == "quarter":
+        rng = rng or random.Random(str(task.get("id")))
+        return rng.choice([o["colour"] for o in task["spec"]["shapes"]])
     if kind == "bigger":
         m = re.search(r"the (\w+) \w+ or", str(task["question"]))
         if m:
@@ -46,9 +55,28 @@ def guess_answer(task: dict) -> str:
     return _GUESS.get(kind, "3")
 
 
+def crop_region(task: dict) -> str:
+    """The region the ``crop`` agent zooms into: the quarter a ``quarter`` question names."""
+    q = str(task.get("question", ""))
+    return next((r for r in QUARTERS if f"the {r} quarter" in q), "full")
+
+
+def _script(strategy: str, task: dict, rng: random.Random):
+    """``policy(conversation) -> turn`` of one agent on one task."""
+    if strategy == "guess":
+        answer = f"<answer> {guess_answer(task, rng)} </answer>"
+        return lambda conversation: answer
+    answer = f"<answer> {task['golden_answers'][0]} </answer>"
+    if strategy == "look":
+        return lambda conversation: answer
+    crop = f"<crop> {crop_region(task)} </crop>"
+    return lambda conversation: answer if "<information>" in conversation else crop
+
+
 def vision_oracle_episodes(env_factory, tok, tasks: list[dict], *, strategies: dict[str, float],
                            seed: int = 0, max_turns: int = 2, max_seq_len: int = 1024) -> list[Episode]:
-    """One scripted episode per task: a ``look`` or ``guess`` agent drawn by ``strategies``."""
+    """One scripted episode per task, by an agent (``look``/``crop``/``guess``) drawn by
+    ``strategies``; ``info["strategy"]`` says which."""
     unknown = set(strategies) - set(VISION_STRATEGIES)
     if unknown or abs(sum(strategies.values()) - 1) > 1e-6:
         raise ValueError(f"sft.strategies for vision must be shares of {VISION_STRATEGIES} summing "
@@ -58,13 +86,11 @@ def vision_oracle_episodes(env_factory, tok, tasks: list[dict], *, strategies: d
     episodes = []
     with EventLoop() as loop:  # one loop for all the per-task rollouts, not one each
         for task in tasks:
-            look = rng.choices(names, weights)[0] == "look"
-            answer = task["golden_answers"][0] if look else guess_answer(task)
-            text = f"<answer> {answer} </answer>"
-            backend = ScriptedBackend(tok, lambda conversation, text=text: text)
+            strategy = rng.choices(names, weights)[0]
+            backend = ScriptedBackend(tok, _script(strategy, task, rng))
             (ep,), _ = rollout(env_factory, [task], backend, SamplingParams(max_new_tokens=64),
                                max_turns=max_turns, max_seq_len=max_seq_len, loop=loop)
-            ep.info["strategy"] = "look" if look else "guess"
+            ep.info["strategy"] = strategy
             episodes.append(ep)
     return episodes
 
@@ -102,16 +128,29 @@ def vision_sft_train(model, tok, episodes: list[Episode], *, steps: int, lr: flo
 
 
 def vision_warm_start(cfg, model, tok, envs) -> dict[str, float]:
-    """The ``sft`` section for a vision env: ``sft.episodes`` scripted episodes on the train
-    split (population ``sft.strategies``: ``look``/``guess`` shares), ``sft.steps`` of SFT."""
+    """The ``sft`` section for a vision env, in up to two stages of SFT on scripted episodes of
+    the train split: ``sft.pretrain_steps`` on ``sft.pretrain_episodes`` episodes of the
+    population ``sft.pretrain_strategies`` (e.g. half of them cropping: perception is learnt
+    here), then ``sft.steps`` on ``sft.episodes`` episodes of ``sft.strategies`` (the mix the
+    RL run starts from). Shares are of ``look``/``crop``/``guess``."""
     from agentsearch.trainer.sft import _progress
 
     s = cfg.sft
     env = envs[0]
-    tasks = random.Random(cfg.seed).sample(env.tasks, min(s.episodes, len(env.tasks)))
-    eps = vision_oracle_episodes(lambda: env, tok, tasks, strategies=dict(s.strategies), seed=cfg.seed,
-                                 max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len)
-    out = vision_sft_train(model, tok, eps, steps=s.steps, lr=s.lr, batch_size=s.batch_size, seed=cfg.seed,
-                           log=_progress("sft", s.steps, s.log_every))
-    out["sft/look_share"] = sum(e.info["strategy"] == "look" for e in eps) / max(len(eps), 1)
+    out: dict[str, float] = {}
+    stages = [("pretrain", s.pretrain_steps, s.pretrain_episodes, s.pretrain_strategies or s.strategies,
+               s.pretrain_lr or s.lr, s.pretrain_batch_size or s.batch_size, cfg.seed + 1),
+              ("sft", s.steps, s.episodes, s.strategies, s.lr, s.batch_size, cfg.seed)]
+    for name, steps, n_episodes, shares, lr, batch_size, seed in stages:
+        if steps <= 0:
+            continue
+        tasks = random.Random(seed).sample(env.tasks, min(n_episodes, len(env.tasks)))
+        eps = vision_oracle_episodes(lambda: env, tok, tasks, strategies=dict(shares), seed=seed,
+                                     max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len)
+        res = vision_sft_train(model, tok, eps, steps=steps, lr=lr, batch_size=batch_size, seed=seed,
+                               log=_progress(name, steps, s.log_every))
+        prefix = "sft/pretrain_" if name == "pretrain" else "sft/"  # the search warm start's keys
+        out.update({prefix + k.split("/", 1)[1]: v for k, v in res.items()})
+        for strategy in VISION_STRATEGIES:
+            out[f"{prefix}{strategy}_share"] = sum(e.info["strategy"] == strategy for e in eps) / max(len(eps), 1)
     return out
