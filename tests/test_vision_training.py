@@ -135,5 +135,9 @@ def test_the_crop_population_zooms_into_the_named_quarter_then_answers(vlm):
         assert ep.info["answer"] in {o["colour"] for o in task["spec"]["shapes"]}
     assert 0 < sum(ep.answer_correct for ep in guess) < len(tasks)  # right about a quarter of the time
     assert guess_answer(tasks[0]) == guess_answer(tasks[0])  # without an rng: seeded by the task id
+    json_env = VisionEnv(split="train", **dict(kw, turn_format="json", chat_template=None))
+    (ep,) = vision_oracle_episodes(lambda: json_env, tok, tasks[:1], strategies={"crop": 1.0}, max_turns=2,
+                                   max_seq_len=1024, turn_format="json")
+    assert ep.info["tool_calls"] == 1 and ep.info["tool_errors"] == 0 and ep.answer_correct
     with pytest.raises(ValueError, match="shares of"):
         vision_oracle_episodes(lambda: env, tok, tasks, strategies={"crop": 0.5, "peek": 0.5})

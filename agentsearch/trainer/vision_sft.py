@@ -11,10 +11,11 @@ The population (``VISION_STRATEGIES``) differs in whether it *looks*, and how cl
   plausible answer per question kind ("3" for counts, the most common colour, the first
   bar label).
 
-Both play the real env through ``ScriptedBackend`` (so the token layout is exactly a
-sampled one: prompt, then the answer turn) and the loss covers policy tokens only, with the
+All play the real env through ``ScriptedBackend`` (so the token layout is exactly a
+sampled one: prompt, turns, observations) and the loss covers policy tokens only, with the
 episode's images encoded (``ImageTextTokenizer.pixel_values``). A policy imitating the mix
-answers some questions by looking and some by guessing; RL has to find that looking pays.
+answers some questions by looking closely and some at a glance; RL has to find that looking
+closely pays.
 The search warm start (``sft.py``) is separate because its functions are part of the
 shipped base's fingerprint.
 """
@@ -61,22 +62,28 @@ def crop_region(task: dict) -> str:
     return next((r for r in QUARTERS if f"the {r} quarter" in q), "full")
 
 
-def _script(strategy: str, task: dict, rng: random.Random):
-    """``policy(conversation) -> turn`` of one agent on one task."""
+def _script(strategy: str, task: dict, rng: random.Random, turn_format: str = "tags"):
+    """``policy(conversation) -> turn`` of one agent on one task (one episode: it is called
+    once per turn)."""
     if strategy == "guess":
         answer = f"<answer> {guess_answer(task, rng)} </answer>"
         return lambda conversation: answer
     answer = f"<answer> {task['golden_answers'][0]} </answer>"
     if strategy == "look":
         return lambda conversation: answer
-    crop = f"<crop> {crop_region(task)} </crop>"
-    return lambda conversation: answer if "<information>" in conversation else crop
+    region = crop_region(task)
+    crop = (f'<tool_call>{{"name": "crop", "arguments": {{"box": "{region}"}}}}</tool_call>'
+            if turn_format == "json" else f"<crop> {region} </crop>")
+    turns = iter([crop])
+    return lambda conversation: next(turns, answer)
 
 
 def vision_oracle_episodes(env_factory, tok, tasks: list[dict], *, strategies: dict[str, float],
-                           seed: int = 0, max_turns: int = 2, max_seq_len: int = 1024) -> list[Episode]:
+                           seed: int = 0, max_turns: int = 2, max_seq_len: int = 1024,
+                           turn_format: str = "tags") -> list[Episode]:
     """One scripted episode per task, by an agent (``look``/``crop``/``guess``) drawn by
-    ``strategies``; ``info["strategy"]`` says which."""
+    ``strategies``; ``info["strategy"]`` says which. ``turn_format``: the env's (``tags``:
+    ``<crop> … </crop>``; ``json``: a ``<tool_call>``)."""
     unknown = set(strategies) - set(VISION_STRATEGIES)
     if unknown or abs(sum(strategies.values()) - 1) > 1e-6:
         raise ValueError(f"sft.strategies for vision must be shares of {VISION_STRATEGIES} summing "
@@ -87,7 +94,7 @@ def vision_oracle_episodes(env_factory, tok, tasks: list[dict], *, strategies: d
     with EventLoop() as loop:  # one loop for all the per-task rollouts, not one each
         for task in tasks:
             strategy = rng.choices(names, weights)[0]
-            backend = ScriptedBackend(tok, _script(strategy, task, rng))
+            backend = ScriptedBackend(tok, _script(strategy, task, rng, turn_format))
             (ep,), _ = rollout(env_factory, [task], backend, SamplingParams(max_new_tokens=64),
                                max_turns=max_turns, max_seq_len=max_seq_len, loop=loop)
             ep.info["strategy"] = strategy
@@ -146,7 +153,8 @@ def vision_warm_start(cfg, model, tok, envs) -> dict[str, float]:
             continue
         tasks = random.Random(seed).sample(env.tasks, min(n_episodes, len(env.tasks)))
         eps = vision_oracle_episodes(lambda: env, tok, tasks, strategies=dict(shares), seed=seed,
-                                     max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len)
+                                     max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len,
+                                     turn_format=env.config.turn_format)
         res = vision_sft_train(model, tok, eps, steps=steps, lr=lr, batch_size=batch_size, seed=seed,
                                log=_progress(name, steps, s.log_every))
         prefix = "sft/pretrain_" if name == "pretrain" else "sft/"  # the search warm start's keys
