@@ -27,7 +27,7 @@ not an action of the policy: ``ImageTokenSuppressor`` keeps generation from samp
 sampled ``<image>`` would have no image to fill it), and ``vlm_token_logprobs`` takes the
 softmax over the same vocabulary without it and never scores a position whose token is an
 image token, so generation-time and teacher-forced logprobs are the same quantity.
-``vlm_generate`` is the sampling helper a rollout backend wraps.
+Sampling goes through the rollout's ``HFBackend``, which passes each prompt's images.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = ["IMAGE_TOKEN", "DEFAULT_MAX_PIXELS", "tiny_vlm", "load_vlm", "save_vlm", "image_token_id",
            "tokens_per_image", "expand_image_tokens", "check_images", "prepare_images",
-           "collate_pixel_values", "vlm_token_logprobs", "ImageTokenSuppressor", "vlm_generate"]
+           "collate_pixel_values", "vlm_token_logprobs", "ImageTokenSuppressor"]
 
 IMAGE_TOKEN = "<image>"
 """The placeholder an environment writes once per image (``agentsearch.envs.vision`` too)."""
@@ -385,79 +385,16 @@ def vlm_token_logprobs(model: nn.Module, input_ids: Tensor, pixel_values: Tensor
 
 
 class ImageTokenSuppressor:
-    """Sets the image token's logit to -inf, so generation never samples it; optionally records
-    ``log_softmax(logits / temperature)`` of each sampled token (``record=True``), which is what
-    ``vlm_token_logprobs`` computes teacher-forced. Pass it first in ``logits_processor``
-    (custom processors run before transformers' temperature / top-k / top-p warpers); it is a
-    plain callable, which ``LogitsProcessorList`` accepts."""
+    """Sets the image token's logit to -inf, so generation never samples it (a sampled
+    ``<image>`` would have no image to fill it). Pass it first in ``logits_processor`` (custom
+    processors run before transformers' temperature / top-k / top-p warpers; ``HFBackend``
+    records the sampled tokens' logprobs after it); it is a plain callable, which
+    ``LogitsProcessorList`` accepts."""
 
-    def __init__(self, image_token_id: int, temperature: float = 1.0, record: bool = False):
+    def __init__(self, image_token_id: int):
         self.image_token_id = image_token_id
-        self.temperature = temperature if temperature > 0 else 1.0
-        self.record = record
-        self.prev: Tensor | None = None
-        self.steps: list[Tensor] = []
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
-        import torch
-
         scores = scores.clone()
         scores[:, self.image_token_id] = float("-inf")
-        if self.record:
-            if self.prev is not None:
-                self.steps.append(self.prev.gather(1, input_ids[:, -1:]).squeeze(1))
-            self.prev = torch.log_softmax(scores.float() / self.temperature, dim=-1)
         return scores
-
-    def finish(self, sequences: Tensor) -> Tensor:
-        """[B, T_new] logprobs of the sampled tokens (call once, after ``generate``)."""
-        import torch
-
-        if self.prev is not None:
-            self.steps.append(self.prev.gather(1, sequences[:, -1:]).squeeze(1))
-            self.prev = None
-        if not self.steps:
-            return torch.zeros(len(sequences), 0)
-        return torch.stack(self.steps, dim=1).float()
-
-
-def vlm_generate(model, input_ids: Tensor, pixel_values: Tensor | None = None,
-                 attention_mask: Tensor | None = None, *, max_new_tokens: int = 64,
-                 temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
-                 eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None,
-                 stopping_criteria=None, **image_inputs: Any) -> tuple[Tensor, Tensor]:
-    """Sample continuations of left-padded ``input_ids`` with their images: ``(new_ids, logprobs)``,
-    both [B, T_new] on CPU; ``logprobs`` are under ``logits / temperature`` with the image token
-    suppressed (temperature 0 = greedy, logprobs of the unscaled logits), so they equal
-    ``vlm_token_logprobs`` of the concatenated sequence. Rows that ended (eos) are padded with
-    ``pad_token_id``; cutting at eos / stop strings is the caller's. Seed with torch.manual_seed.
-    """
-    import torch
-    from transformers import GenerationConfig, LogitsProcessorList
-
-    image_id = _check_inputs(model, input_ids, pixel_values)
-    base, _ = _config(model)
-    gc = base.generation_config
-    sample = temperature > 0
-    warp = dict(temperature=temperature, top_p=top_p, top_k=top_k) if sample else {}
-    config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=sample, **warp, num_beams=1,
-                              repetition_penalty=1.0, return_dict_in_generate=True, use_cache=True,
-                              eos_token_id=gc.eos_token_id if eos_token_id is None else eos_token_id,
-                              pad_token_id=gc.pad_token_id if pad_token_id is None else pad_token_id)
-    rec = ImageTokenSuppressor(image_id, temperature, record=True)
-    if attention_mask is None:
-        attention_mask = torch.ones_like(input_ids)
-    device = input_ids.device
-    if pixel_values is not None:
-        pixel_values = pixel_values.to(device=device, dtype=next(base.parameters()).dtype)
-    was_training = model.training
-    model.eval()
-    saved, base.generation_config = base.generation_config, GenerationConfig()  # only ours counts
-    try:  # generate runs under no_grad
-        res = model.generate(input_ids=input_ids, attention_mask=attention_mask, pixel_values=pixel_values,
-                             generation_config=config, logits_processor=LogitsProcessorList([rec]),
-                             stopping_criteria=stopping_criteria, **image_inputs)
-    finally:
-        base.generation_config = saved
-        model.train(was_training)
-    return res.sequences[:, input_ids.shape[1]:].cpu(), rec.finish(res.sequences).cpu()

@@ -18,7 +18,6 @@ from agentsearch.vlm import (
     save_vlm,
     tiny_vlm,
     tokens_per_image,
-    vlm_generate,
     vlm_token_logprobs,
 )
 
@@ -33,6 +32,18 @@ def _img(color, size=(64, 64), box=None):
     if box:  # a white square somewhere: images that differ only in layout
         im.paste((255, 255, 255), box)
     return im
+
+
+def _sample(model, proc, texts, images, **params):
+    """Sample through the rollout's ``HFBackend`` (the path training uses): ``(prompt ids,
+    Generations)``; ``images`` per text, in order."""
+    from agentsearch.rollout import SamplingParams
+    from agentsearch.rollout.hf import HFBackend
+    from agentsearch.vlm_text import ImageTextTokenizer
+
+    tok = ImageTextTokenizer(proc)
+    prompts = tok(texts)["input_ids"]
+    return prompts, HFBackend(model, tok).generate(prompts, SamplingParams(**params), images=images)
 
 
 def _left_padded(processor, texts, images):
@@ -85,19 +96,22 @@ def test_generate_logprobs_equal_teacher_forced(vlm):
     images = [_img((255, 0, 0)), _img((0, 0, 255), box=(0, 0, 20, 20)), _img((10, 200, 30), (90, 50))]
     enc = _left_padded(proc, texts, images)
     assert enc["attention_mask"][2, 0] == 0  # left padding really happens
+    per_text = [images[:1], images[1:], []]
     torch.manual_seed(0)
-    new, lps = vlm_generate(model, enc["input_ids"], enc["pixel_values"], enc["attention_mask"],
-                            max_new_tokens=24, temperature=0.8, top_k=50, eos_token_id=[])
-    assert new.shape == lps.shape == (3, 24)
-    ids = torch.cat([enc["input_ids"], new], 1)
-    mask = torch.cat([enc["attention_mask"], torch.ones_like(new)], 1)
-    with torch.no_grad():
-        tf = vlm_token_logprobs(model, ids, enc["pixel_values"], mask, temperature=0.8)
-    P = enc["input_ids"].shape[1]
-    assert (tf[:, P:] - lps).abs().max() < 1e-4
-    assert (tf[:, :P][enc["input_ids"] == image_token_id(model)] == 0).all()  # image tokens: not scored
+    prompts, gens = _sample(model, proc, texts, per_text, max_new_tokens=24, temperature=0.8, top_k=50)
+    assert [len(p) for p in prompts] == enc["attention_mask"].sum(1).tolist()  # prompts of different lengths
+    for prompt, gen, imgs in zip(prompts, gens, per_text):
+        assert 0 < len(gen.token_ids) == len(gen.logprobs) <= 24
+        ids = torch.tensor([prompt + gen.token_ids])
+        pixels = prepare_images(proc, imgs) if imgs else None
+        with torch.no_grad():
+            tf = vlm_token_logprobs(model, ids, pixels, temperature=0.8)
+        P = len(prompt)
+        assert (tf[0, P:] - torch.tensor(gen.logprobs)).abs().max() < 1e-4
+        assert (tf[0, :P][ids[0, :P] == image_token_id(model)] == 0).all()  # image tokens: not scored
 
     # the same through plain model.generate(output_logits=True): raw logits, image token masked
+    P = enc["input_ids"].shape[1]
     sup = ImageTokenSuppressor(image_token_id(model))
     torch.manual_seed(1)
     out = model.generate(**enc, do_sample=True, temperature=0.8, top_k=0, max_new_tokens=12,
@@ -127,12 +141,12 @@ def test_image_token_is_never_sampled():
     torch.manual_seed(0)
     plain = model.generate(**enc, do_sample=True, max_new_tokens=8, eos_token_id=None)
     assert iid in plain[0, enc["input_ids"].shape[1]:].tolist()  # the hazard is real
-    new, lps = vlm_generate(model, enc["input_ids"], enc["pixel_values"], max_new_tokens=8, eos_token_id=[])
-    assert iid not in new.tolist()
-    ids = torch.cat([enc["input_ids"], new], 1)
+    (prompt,), (gen,) = _sample(model, proc, ["Look <image> now"], [[_img((255, 0, 0))]], max_new_tokens=8)
+    assert prompt == enc["input_ids"][0].tolist() and iid not in gen.token_ids
+    ids = torch.tensor([prompt + gen.token_ids])
     with torch.no_grad():  # and the rescoring of the sampled sequence still works and agrees
         tf = vlm_token_logprobs(model, ids, enc["pixel_values"])
-    assert (tf[:, enc["input_ids"].shape[1]:] - lps).abs().max() < 1e-4
+    assert (tf[0, len(prompt):] - torch.tensor(gen.logprobs)).abs().max() < 1e-4
 
 
 def test_save_load_round_trip(vlm, tmp_path):
@@ -226,8 +240,8 @@ def test_lora_wrapped_vlm_scores_the_same():
     assert torch.allclose(lp, before, atol=1e-6)  # LoRA B starts at 0
     lp.sum().backward()
     assert any(p.grad is not None for n, p in wrapped.named_parameters() if "lora_" in n)
-    new, _ = vlm_generate(wrapped, enc["input_ids"], enc["pixel_values"], max_new_tokens=3)
-    assert new.shape == (1, 3)
+    _, (gen,) = _sample(wrapped, proc, ["A <image> B C D"], [[_img((1, 2, 3))]], max_new_tokens=3)
+    assert 0 < len(gen.token_ids) <= 3
 
 
 def test_text_base_warm_start_matches_the_text_model():
@@ -241,14 +255,17 @@ def test_text_base_warm_start_matches_the_text_model():
 
 
 def test_clear_errors(vlm, tmp_path):
+    from agentsearch.rollout import SamplingParams
+    from agentsearch.rollout.hf import HFBackend
+
     model, proc = vlm
     red = _img((255, 0, 0))
     text_model, tok = load_model("tiny-s")
     ids = torch.tensor([[1, 2, 3]])
     with pytest.raises(ValueError, match="text-only model"):
         vlm_token_logprobs(text_model, ids, torch.zeros(1, 3, 64, 64))
-    with pytest.raises(ValueError, match="text-only model"):
-        vlm_generate(text_model, ids, torch.zeros(1, 3, 64, 64))
+    with pytest.raises(ValueError, match="text-only"):
+        HFBackend(text_model, tok).generate([[1, 2, 3]], SamplingParams(max_new_tokens=2), images=[[red]])
     with pytest.raises(ValueError, match="text-only tokenizer"):
         prepare_images(tok, [red])
     text_model.save_pretrained(tmp_path / "text")
@@ -268,7 +285,9 @@ def test_clear_errors(vlm, tmp_path):
     with pytest.raises(ValueError, match="16 image tokens but 2 image"):
         vlm_token_logprobs(model, enc["input_ids"], enc["pixel_values"].repeat(2, 1, 1, 1))
     with pytest.raises(ValueError, match="image tokens but 0 image"):
-        vlm_generate(model, enc["input_ids"], None)
+        vlm_token_logprobs(model, enc["input_ids"], None)
+    with pytest.raises(ValueError, match="holds 16 image tokens"):  # sampling checks the same layout
+        _sample(model, proc, ["x <image> y"], [[]], max_new_tokens=2)
     with pytest.raises(ValueError, match="vision tower takes 64x64"):
         vlm_token_logprobs(model, enc["input_ids"], torch.zeros(1, 3, 32, 32))
     # too large

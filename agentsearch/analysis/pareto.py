@@ -29,11 +29,19 @@ printing what it could; it never raises a traceback for a bad run folder.
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
-from agentsearch.analysis.runs import MethodCurve, Run, group_methods, load_run, load_runs, mean_std
+from agentsearch.analysis.runs import (
+    MethodCurve,
+    Run,
+    cell,
+    group_methods,
+    load_run,
+    load_runs,
+    mean_std,
+    write_csv,
+)
 
 __all__ = ["run_curve", "pareto_frontier", "choose_target", "time_to_target", "analyse", "main"]
 
@@ -156,45 +164,34 @@ def analyse(run_dirs, metric: str = "eval/mean_at_n", label_by: str = "auto",
 
 
 # ---------------------------------------------------------------- printing and files
-def _f(x, fmt: str = ".4f", none: str = "-") -> str:
-    return none if x is None else format(x, fmt)
-
-
 def tables_markdown(result: dict) -> str:
     """The methods table, the time-to-target table, the frontier and the notes, as markdown."""
     lines = [f"Metric: `{result['metric']}`.", ""]
     tgt = result["target"]
     if tgt:
         lines += [f"Target: {tgt['score']:.4f} ({tgt['reason']}); baseline training wall-clock "
-                  f"{_f(tgt['baseline_train_seconds'], '.1f')} s.", ""]
+                  f"{cell(tgt['baseline_train_seconds'], '.1f')} s.", ""]
     if result["methods"]:
         lines += ["| method | seeds | final (mean ± std) | train s (mean ± std) | reached target | "
                   "time to target (s) | ratio to baseline (mean ± std) |", "|---|---|---|---|---|---|---|"]
     for m in result["methods"]:
-        lines.append(f"| {m['method']} | {m['seeds']}/{m['runs']} | {_f(m['final_mean'])} ± {_f(m['final_std'])} | "
-                     f"{_f(m['train_s_mean'], '.1f')} ± {_f(m['train_s_std'], '.1f')} | {m['reached']} | "
-                     f"{_f(m['time_to_target_mean'], '.1f', 'never')} | "
-                     f"{_f(m['ratio_mean'], '.3f', 'never')} ± {_f(m['ratio_std'], '.3f')} |")
+        lines.append(f"| {m['method']} | {m['seeds']}/{m['runs']} | {cell(m['final_mean'])} ± {cell(m['final_std'])} | "
+                     f"{cell(m['train_s_mean'], '.1f')} ± {cell(m['train_s_std'], '.1f')} | {m['reached']} | "
+                     f"{cell(m['time_to_target_mean'], '.1f', 'never')} | "
+                     f"{cell(m['ratio_mean'], '.3f', 'never')} ± {cell(m['ratio_std'], '.3f')} |")
     if result["time_to_target"]:
         lines += ["", "| method | run | seed | final | train s | time to target (s) | ratio |",
                   "|---|---|---|---|---|---|---|"]
         for r in result["time_to_target"]:
-            lines.append(f"| {r['method']} | {Path(r['run']).name} | {r['seed']} | {_f(r['final'])} | "
-                         f"{_f(r['train_seconds'], '.1f')} | {_f(r['time_to_target'], '.1f', 'never')} | "
-                         f"{_f(r['ratio'], '.3f', 'never')} |")
+            lines.append(f"| {r['method']} | {Path(r['run']).name} | {r['seed']} | {cell(r['final'])} | "
+                         f"{cell(r['train_seconds'], '.1f')} | {cell(r['time_to_target'], '.1f', 'never')} | "
+                         f"{cell(r['ratio'], '.3f', 'never')} |")
     if result["method_frontier"]:
         lines += ["", "Frontier (method means): " + ", ".join(
             f"{lab} ({t:.0f} s, {q:.3f})" for t, q, lab in result["method_frontier"])]
     if result["messages"]:
         lines += ["", "Notes:", *[f"- {m}" for m in result["messages"]]]
     return "\n".join(lines) + "\n"
-
-
-def _write_csv(path: Path, rows: list[dict], fields: list[str]) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
 
 
 def write_outputs(result: dict, out: Path) -> list[Path]:
@@ -218,16 +215,16 @@ def write_outputs(result: dict, out: Path) -> list[Path]:
                folder / f"{stem}_methods.csv", folder / f"{stem}_time_to_target.csv"]
     written[0].write_text(json.dumps(public, indent=1))
     written[1].write_text(tables_markdown(result) + "\n" + diag["markdown"])
-    _write_csv(written[2], [{"method": r.label, "run": str(r.path), "seed": r.seed, "step": s,
+    write_csv(written[2], [{"method": r.label, "run": str(r.path), "seed": r.seed, "step": s,
                              "train_seconds": t, "value": q} for r in runs for t, q, s in r.points],
                ["method", "run", "seed", "step", "train_seconds", "value"])
-    _write_csv(written[3], [{"method": m.label, "seeds": len(m.usable), "step": st,
+    write_csv(written[3], [{"method": m.label, "seeds": len(m.usable), "step": st,
                              "train_seconds_mean": s[0], "train_seconds_std": s[1], "value_mean": v[0],
                              "value_std": v[1]} for m in methods for st, s, v in zip(m.steps, m.seconds, m.values)],
                ["method", "seeds", "step", "train_seconds_mean", "train_seconds_std", "value_mean", "value_std"])
     never = [{**r, **({"time_to_target": "never", "ratio": "never"} if r["time_to_target"] is None else {})}
              for r in result["time_to_target"]]
-    _write_csv(written[4], never, ["method", "run", "seed", "final", "train_seconds", "time_to_target", "ratio"])
+    write_csv(written[4], never, ["method", "run", "seed", "final", "train_seconds", "time_to_target", "ratio"])
     written.append(plot_methods(result, folder / f"{stem}.png"))
     written += write_diagnostics(diag, folder, stem)
     return written

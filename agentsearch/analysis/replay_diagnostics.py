@@ -22,11 +22,10 @@ table. ``agentsearch pareto --out`` writes ``STEM_replay.png``, ``STEM_replay.cs
 
 from __future__ import annotations
 
-import csv
 import statistics
 from pathlib import Path
 
-from agentsearch.analysis.runs import MethodCurve, Run
+from agentsearch.analysis.runs import MethodCurve, Run, cell, write_csv
 
 __all__ = ["replay_diagnostics", "write_diagnostics", "SERIES", "PHASE_KEYS"]
 
@@ -119,45 +118,32 @@ def replay_diagnostics(methods: list[MethodCurve]) -> dict:
     return out
 
 
-def _f(x, fmt: str = ".3f") -> str:
-    return "-" if x is None else format(x, fmt)
-
-
 def _markdown(d: dict) -> str:
     lines = ["Seconds per training step by phase (mean over steps and seeds):", "",
              "| method | " + " | ".join(PHASE_KEYS) + " | replay_scan share | scan over naive |",
              "|---|" + "---|" * (len(PHASE_KEYS) + 2)]
     for t in d["time"]:
-        lines.append(f"| {t['method']} | " + " | ".join(_f(t[k]) for k in PHASE_KEYS)
-                     + f" | {_f(t['replay_scan_share'])} | {_f(t['scan_over_naive'])} |")
+        lines.append(f"| {t['method']} | " + " | ".join(cell(t[k], ".3f") for k in PHASE_KEYS)
+                     + f" | {cell(t['replay_scan_share'], '.3f')} | {cell(t['scan_over_naive'], '.3f')} |")
     if d["summary"]:
         lines += ["", "Replay (mean over steps and seeds; deciles of initial headroom: mean replay count, "
                   "lowest tenth first):", "",
                   "| method | accept rate | scan depth | age | replayed/step | top-10% share | deciles 1..10 |",
                   "|---|---|---|---|---|---|---|"]
         for s in d["summary"]:
-            dec = " ".join(_f(s[f"h0_decile_{i}"], ".2f") for i in range(10)) if s["h0_decile_0"] is not None else "-"
-            lines.append(f"| {s['method']} | {_f(s['accept_rate'])} | {_f(s['scan_depth'], '.1f')} | "
-                         f"{_f(s['age_mean'], '.2f')} | {_f(s['accepted'], '.2f')} | "
-                         f"{_f(s['exposure_top10_share'])} | {dec} |")
+            dec = " ".join(cell(s[f"h0_decile_{i}"], ".2f") for i in range(10)) if s["h0_decile_0"] is not None else "-"
+            lines.append(f"| {s['method']} | {cell(s['accept_rate'], '.3f')} | {cell(s['scan_depth'], '.1f')} | "
+                         f"{cell(s['age_mean'], '.2f')} | {cell(s['accepted'], '.2f')} | "
+                         f"{cell(s['exposure_top10_share'], '.3f')} | {dec} |")
     return "\n".join(lines) + "\n"
-
-
-def _write(path: Path, rows: list[dict]) -> Path:
-    fields = list(rows[0]) if rows else ["method"]
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
-    return path
 
 
 def write_diagnostics(d: dict, folder: Path, stem: str) -> list[Path]:
     """``STEM_time.csv`` always; ``STEM_replay.csv`` and ``STEM_replay.png`` when a method replays."""
-    written = [_write(folder / f"{stem}_time.csv", d["time"])]
+    written = [write_csv(folder / f"{stem}_time.csv", d["time"])]
     if not d["series"]:
         return written
-    written.append(_write(folder / f"{stem}_replay.csv", d["summary"]))
+    written.append(write_csv(folder / f"{stem}_replay.csv", d["summary"]))
     import matplotlib
 
     matplotlib.use("Agg")

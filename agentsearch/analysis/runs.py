@@ -94,6 +94,23 @@ class MethodCurve:
         return kinds == {None} and "on_policy" in self.label
 
 
+def cell(x, fmt: str = ".4f", none: str = "-") -> str:
+    """A table cell: ``x`` formatted, or ``none`` for a missing value."""
+    return none if x is None else format(x, fmt)
+
+
+def write_csv(path: Path, rows: list[dict], fields: list[str] | None = None) -> Path:
+    """``rows`` as CSV with ``fields`` as columns (default: the first row's keys)."""
+    import csv
+
+    fields = fields or (list(rows[0]) if rows else ["method"])
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
 def mean_std(xs: list[float]) -> tuple[float, float]:
     """Mean and sample standard deviation (0 for one value)."""
     return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)

@@ -111,14 +111,17 @@ class HFBackend:
                                   None if images is None else images[s:s + self.max_batch])
         return out
 
-    def _vision_inputs(self, images: list[list] | None) -> tuple[list, dict]:
-        """(logits processors, generate kwargs) for a VLM; nothing for a text model."""
+    def _vision_inputs(self, ids: torch.Tensor, images: list[list] | None) -> tuple[list, dict]:
+        """(logits processors, generate kwargs) for a VLM; nothing for a text model. The
+        pixels are collated as for scoring (``vlm.collate_pixel_values``), so a prompt whose
+        image tokens its images do not cover is a ValueError, not a silent text prompt."""
         if not self.accepts_images:
             return [], {}
-        from agentsearch.vlm import ImageTokenSuppressor, image_token_id
+        from agentsearch.vlm import ImageTokenSuppressor, collate_pixel_values, image_token_id
 
-        pixels = [self.tokenizer.pixel_values(imgs) for imgs in (images or []) if imgs]
-        kwargs = {"pixel_values": torch.cat(pixels).to(self.device)} if pixels else {}
+        rows = [self.tokenizer.pixel_values(imgs) if imgs else None for imgs in (images or [None] * len(ids))]
+        pixels = collate_pixel_values(ids, rows, self.model)
+        kwargs = {"pixel_values": pixels.to(self.device)} if pixels is not None else {}
         return [ImageTokenSuppressor(image_token_id(self.model))], kwargs
 
     def _config(self, p: SamplingParams) -> GenerationConfig:
@@ -150,7 +153,7 @@ class HFBackend:
         base.generation_config = GenerationConfig()  # ignore the checkpoint's sampling defaults
         model.eval()
         stops = StoppingCriteriaList([_StopInGenerated(p.stop, self.tokenizer, width)] if p.stop else [])
-        processors, vision = self._vision_inputs(images)
+        processors, vision = self._vision_inputs(ids, images)
         try:
             res = model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
                                  generation_config=self._config(p),

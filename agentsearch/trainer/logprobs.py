@@ -124,14 +124,16 @@ def token_logprobs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor |
     return torch.cat([lp.new_zeros(B, 1), lp], dim=1)                 # [B, T]
 
 
-def batch_pixels(model: nn.Module, ids: Tensor, row_pixels: Sequence[Tensor | None]) -> Tensor | None:
+def batch_pixels(model: nn.Module, ids: Tensor, row_pixels: Sequence[Tensor | None],
+                 device: Any = None) -> Tensor | None:
     """The pixels of a batch of rows (each row's own images, in row order, only those whose
-    image tokens survive a cut), or None for a text batch."""
+    image tokens survive a cut) on ``device``, or None for a text batch."""
     if all(p is None for p in row_pixels):
         return None
     from agentsearch.vlm import collate_pixel_values
 
-    return collate_pixel_values(ids.cpu(), list(row_pixels), model)
+    pixels = collate_pixel_values(ids.cpu(), list(row_pixels), model)
+    return pixels if device is None else pixels.to(device)
 
 
 def _effective_lengths(group_mask: Tensor) -> Tensor:
@@ -187,11 +189,10 @@ def make_score_fn(model: nn.Module, *, device: Any = None, max_batch_tokens: int
                         attn[b, :length] = 1
                         tmask[b, :length] = groups[gi].action_mask[ri, :length]
                     pixels = batch_pixels(model, ids, [groups[gi].pixel_values[ri] if groups[gi].pixel_values
-                                                       else None for _, gi, ri in batch])
+                                                       else None for _, gi, ri in batch], device)
                     lp = token_logprobs(model, ids.to(device), attn.to(device),
                                         temperature=temperature, chunk_tokens=chunk_tokens,
-                                        target_mask=tmask.to(device),
-                                        pixel_values=None if pixels is None else pixels.to(device)).float().cpu()
+                                        target_mask=tmask.to(device), pixel_values=pixels).float().cpu()
                     for b, (length, gi, ri) in enumerate(batch):
                         outs[gi][ri, :length] = lp[b, :length]
         finally:

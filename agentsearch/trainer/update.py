@@ -98,10 +98,9 @@ def policy_update(model, optimizer, scheduler, rows: Sequence[Row], cfg, *,
     for s in range(0, len(rows), cfg.micro_batch_size):
         mb_rows = rows[s:s + cfg.micro_batch_size]
         mb = pad_rows(mb_rows, device)
-        pixels = batch_pixels(model, mb["ids"], [r.pixel_values for r in mb_rows])
+        pixels = batch_pixels(model, mb["ids"], [r.pixel_values for r in mb_rows], device)
         lp = token_logprobs(model, mb["ids"], mb["attn"], temperature=cfg.generation.temperature,
-                            target_mask=mb["mask"],
-                            pixel_values=None if pixels is None else pixels.to(device))  # [B, T]
+                            target_mask=mb["mask"], pixel_values=pixels)  # [B, T]
         stats = spec.fn(lp, mb["old"], mb["adv"], mb["mask"], clip_low=cfg.clip_low,
                         clip_high=cfg.clip_high, dual_clip=cfg.dual_clip, agg=cfg.agg,
                         normalizer=normalizer)

@@ -119,9 +119,8 @@ def vision_sft_train(model, tok, episodes: list[Episode], *, steps: int, lr: flo
     for step in range(steps):
         batch = rng.sample(rows, min(batch_size, len(rows)))
         mb = pad_rows(batch, device)
-        pixels = batch_pixels(model, mb["ids"], [r.pixel_values for r in batch])
-        lp = token_logprobs(model, mb["ids"], mb["attn"], target_mask=mb["mask"],
-                            pixel_values=None if pixels is None else pixels.to(device))
+        pixels = batch_pixels(model, mb["ids"], [r.pixel_values for r in batch], device)
+        lp = token_logprobs(model, mb["ids"], mb["attn"], target_mask=mb["mask"], pixel_values=pixels)
         loss = sft_loss(lp, mb["mask"])
         opt.zero_grad(set_to_none=True)
         loss.backward()
