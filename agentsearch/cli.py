@@ -43,7 +43,7 @@ def cmd_wiki_corpus(a) -> int:
 
 
 def cmd_demo(a) -> int:
-    from agentsearch.analysis.demo import run_demo
+    from agentsearch.recipes.demo import run_demo
 
     return run_demo(out=a.out, overrides=a.overrides)
 
@@ -61,7 +61,7 @@ def cmd_eval(a) -> int:
 
 
 def cmd_diagnose(a) -> int:
-    from agentsearch.trainer.diagnose import main as diagnose_main
+    from agentsearch.recipes.diagnose import main as diagnose_main
 
     return diagnose_main(a)
 
@@ -91,7 +91,7 @@ def cmd_check_env(a) -> int:
 
 
 def cmd_openrlhf(a) -> int:
-    from agentsearch.config import ConfigError
+    from agentsearch.core.config import ConfigError
 
     try:
         if a.openrlhf_command == "smoke":
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if a.command == "index" and not a.index_command:
         parser.parse_args(["index", "--help"])
-    from agentsearch.config import ConfigError
+    from agentsearch.core.config import ConfigError
 
     try:
         return a.fn(a) or 0

@@ -115,8 +115,8 @@ def bench_overlap(tok, episodes: int, latency: float) -> dict:
 
 def bench_vision(episodes: int) -> dict:
     from agentsearch.envs.vision import VisionEnv
-    from agentsearch.vlm import load_vlm
-    from agentsearch.vlm_text import ImageTextTokenizer
+    from agentsearch.models.processor import ImageTextTokenizer
+    from agentsearch.models.vlm import load_vlm
 
     _, processor = load_vlm("tiny-vlm")
     tok = ImageTextTokenizer(processor)

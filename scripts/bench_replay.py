@@ -38,8 +38,8 @@ import time
 import torch
 
 from agentsearch.models import load_model
+from agentsearch.models.logprobs import make_score_fn, token_logprobs
 from agentsearch.replay import HeadroomDriftBuffer, ReplayGroup
-from agentsearch.trainer.logprobs import make_score_fn, token_logprobs
 
 TAU = 1e-2
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agentsearch.cache import cache_dir
+from agentsearch.core.cache import cache_dir
 from agentsearch.data import read_jsonl, wiki_corpus, world_dir
 from agentsearch.retrievers import RemoteRetriever, build_index, load_retriever
 from agentsearch.retrievers.store import MANIFEST

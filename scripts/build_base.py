@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from agentsearch.base_model import BASE_DIR
-from agentsearch.trainer.base_build import build
+from agentsearch.models.tiny_base import BASE_DIR
+from agentsearch.recipes.base_build import build
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -5,7 +5,11 @@ their own pools (vLLM, Pyserini's JVM, FAISS) are sized in their tests.
 """
 
 import os
+import sys
 from pathlib import Path
+
+# shared test helpers (user_envs.py) import by name under --import-mode=importlib
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

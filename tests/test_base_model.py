@@ -7,9 +7,10 @@ import shutil
 
 import pytest
 
-from agentsearch.base_model import BASE_DIR, check_base, load_base
-from agentsearch.config import ConfigError
-from agentsearch.trainer.base_build import code_fingerprint, recipe
+from agentsearch.core.config import ConfigError
+from agentsearch.models import load_base
+from agentsearch.models.tiny_base import BASE_DIR, check_base
+from agentsearch.recipes.base_build import code_fingerprint, recipe
 
 
 def _build() -> dict:
@@ -21,8 +22,8 @@ def test_shipped_base_matches_the_recipe_and_the_code_that_builds_it():
     assert build["recipe"] == recipe(), ("agentsearch/configs/base-tiny.yaml (or TrainConfig's defaults) changed "
                                          "since the shipped base was built: run scripts/build_base.py")
     assert build["code_sha256"] == code_fingerprint(), (
-        "the world, oracle, transcript filter, SFT step or tokenizer changed since the shipped base "
-        "was built: run scripts/build_base.py")
+        "the world, the oracle population, the SFT loop, its optimizer schedule or the tokenizer "
+        "changed since the shipped base was built: run scripts/build_base.py")
     assert build["overrides"] == []
 
 
@@ -48,8 +49,8 @@ def test_the_shipped_base_loaded_fresh_reproduces_its_build_time_dev_em():
     """Greedy, the same dev questions and settings as at build time (``build.json``)."""
     import torch
 
+    from agentsearch.recipes.base_build import _config
     from agentsearch.rollout.hf import HFBackend
-    from agentsearch.trainer.base_build import _config
     from agentsearch.trainer.eval import eval_envs, eval_settings, evaluate
 
     cfg = _config()

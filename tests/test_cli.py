@@ -25,7 +25,7 @@ def test_world_command_writes_a_world(tmp_path):
 
 
 def test_import_is_light():
-    code = ("import sys, agentsearch, agentsearch.cli, agentsearch.config; "
+    code = ("import sys, agentsearch, agentsearch.cli, agentsearch.core.config; "
             "heavy = [m for m in ('torch', 'transformers', 'vllm', 'openrlhf', 'pyserini', 'faiss') "
             "if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

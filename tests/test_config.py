@@ -3,7 +3,7 @@ from typing import Literal
 
 import pytest
 
-from agentsearch.config import ConfigError, apply_overrides, parse_overrides
+from agentsearch.core.config import ConfigError, apply_overrides, parse_overrides
 
 
 @dataclass
@@ -71,14 +71,14 @@ def test_free_form_mapping_values_are_typed():
 # --- TrainConfig validation: settings that cannot work are errors that say how to fix them
 
 def _train(*items):
-    from agentsearch.trainer.config import TrainConfig
+    from agentsearch.trainer.train_config import TrainConfig
 
     return apply_overrides(TrainConfig, {}, list(items))
 
 
 @pytest.mark.parametrize("preset", ["tiny", "smollm2", "search-r1-qwen2.5-3b", "base-tiny"])
 def test_presets_pass_validation(preset):
-    from agentsearch.trainer.config import TrainConfig
+    from agentsearch.trainer.train_config import TrainConfig
 
     cfg = apply_overrides(TrainConfig, preset, [])
     assert cfg.response_budget == cfg.max_turns * cfg.generation.max_new_tokens

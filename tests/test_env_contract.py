@@ -14,8 +14,7 @@ from gymnasium.utils.env_checker import check_env
 import agentsearch.envs  # noqa: F401 - registers the ids
 from agentsearch.data import read_jsonl
 from agentsearch.envs import MathEnv, SearchEnv, UnicodeText
-from agentsearch.envs.checker import check_text_env
-from agentsearch.rollout.checker import check_rollout_masks
+from agentsearch.rollout.checker import check_rollout_masks, check_text_env
 from agentsearch.rollout.checker import main as check_main
 
 IDS = sorted(i for i in gymnasium.registry if i.startswith("agentsearch/"))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from agentsearch.envs import MathEnv
-from agentsearch.envs.math_tasks import champ_alternatives, champ_tasks, synthetic_math
 from agentsearch.envs.rewards import math_equal
-from agentsearch.envs.sandbox import evaluate
+from agentsearch.envs.tasks.math_tasks import champ_alternatives, champ_tasks, synthetic_math
+from agentsearch.envs.tools.sandbox import evaluate
 
 
 def test_generator_is_seeded_and_splits_are_disjoint():

@@ -18,10 +18,8 @@ from PIL import Image
 
 import agentsearch.envs  # noqa: F401 - registers the ids
 from agentsearch.envs import VisionEnv
-from agentsearch.envs.checker import check_text_env
-from agentsearch.envs.images import CropTool, ImageTuple, parse_box
-from agentsearch.envs.vision import vision_score
-from agentsearch.envs.vision_tasks import (
+from agentsearch.envs.images import ImageTuple
+from agentsearch.envs.tasks.vision_tasks import (
     BACKGROUND,
     COLOURS,
     KINDS,
@@ -30,7 +28,10 @@ from agentsearch.envs.vision_tasks import (
     render,
     synthetic_vision,
 )
+from agentsearch.envs.tools.crop import CropTool, parse_box
+from agentsearch.envs.vision import vision_score
 from agentsearch.rollout import SamplingParams, ScriptedBackend, check_rollout_contract, rollout
+from agentsearch.rollout.checker import check_text_env
 
 TOKEN = "<image>"
 
@@ -360,7 +361,7 @@ def test_changed_task_generation_never_reuses_old_pictures(monkeypatch, tmp_path
     """The picture cache is keyed by the rows' content: when a kind's generator changes (same
     seed, split and size), new PNGs are drawn instead of the old rows' pictures being served
     with the new rows' questions."""
-    from agentsearch.envs import vision_tasks
+    from agentsearch.envs.tasks import vision_tasks
 
     monkeypatch.setenv("AGENTSEARCH_CACHE", str(tmp_path))
     vision_tasks._rows.cache_clear()

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
+from agentsearch.models.logprobs import make_score_fn, token_logprobs
 from agentsearch.replay import HeadroomDriftBuffer, ReplayGroup, headroom
-from agentsearch.trainer.logprobs import make_score_fn, token_logprobs
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from agentsearch.trainer.advantages import group_advantages, zero_variance_mask
-from agentsearch.trainer.losses import (
+from agentsearch.algorithms.advantages import group_advantages, zero_variance_mask
+from agentsearch.algorithms.losses import (
     aggregation,
     cispo_loss,
     grpo_loss,

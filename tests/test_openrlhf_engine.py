@@ -17,7 +17,7 @@ import torch
 pytest.importorskip("vllm")
 pytest.importorskip("ray")
 
-from agentsearch.base_model import BASE_DIR  # noqa: E402
+from agentsearch.models.tiny_base import BASE_DIR  # noqa: E402
 
 pytestmark = [pytest.mark.openrlhf, pytest.mark.vllm, pytest.mark.slow]
 

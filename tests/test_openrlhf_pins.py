@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from agentsearch.config import ConfigError  # noqa: E402
+from agentsearch.core.config import ConfigError  # noqa: E402
 from agentsearch.engines.openrlhf.compat import SUPPORTED_VERSION, check_version, import_openrlhf  # noqa: E402
 
 pytestmark = pytest.mark.openrlhf

@@ -3,13 +3,17 @@ question-type filter, and the warm start's transcript filter."""
 
 import pytest
 
-from agentsearch.config import ConfigError, apply_overrides
+from agentsearch.core.config import ConfigError, apply_overrides
 from agentsearch.envs import SearchEnv
-from agentsearch.envs.oracle import STRATEGIES, check_strategies, world_oracle
 from agentsearch.models import load_tokenizer
 from agentsearch.rollout import SamplingParams, ScriptedBackend, rollout
-from agentsearch.trainer.config import TrainConfig
-from agentsearch.trainer.sft import oracle_episodes
+from agentsearch.trainer.train_config import TrainConfig
+from agentsearch.warmstart.search_oracle import (
+    STRATEGIES,
+    check_strategies,
+    oracle_episodes,
+    world_oracle,
+)
 
 
 def test_strategy_shares_are_checked():
@@ -57,7 +61,7 @@ def test_one_search_agents_copy_the_intermediate_entity_on_bridge_questions():
         else:
             assert not e.answer_correct  # it answered with the entity the first article names
     tok = load_tokenizer("tiny")
-    from agentsearch.trainer.sft import _evidence_ok
+    from agentsearch.warmstart.search_oracle import _evidence_ok
 
     assert all(_evidence_ok(e, tok) for e in eps)  # every answer was copied from what it read
 

@@ -4,9 +4,9 @@ gradient checkpointing trains the same as without it."""
 import pytest
 import torch
 
-from agentsearch.config import ConfigError, apply_overrides
-from agentsearch.trainer.config import TrainConfig
+from agentsearch.core.config import ConfigError, apply_overrides
 from agentsearch.trainer.setup import build_policy, resolve_device
+from agentsearch.trainer.train_config import TrainConfig
 
 BASE = ["model=tiny-s", "threads=1"]
 

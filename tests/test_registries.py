@@ -5,7 +5,16 @@ same registry, and an unknown name is a clear error that lists the known ones.""
 import pytest
 import torch
 
-from agentsearch.config import ConfigError, apply_overrides
+from agentsearch.algorithms.losses import (
+    LossStats,
+    grpo_loss,
+    loss_names,
+    loss_normalizer,
+    loss_spec,
+    register_loss,
+    unregister_loss,
+)
+from agentsearch.core.config import ConfigError, apply_overrides
 from agentsearch.envs.rewards import (
     answer_rewards,
     exact_match,
@@ -20,17 +29,8 @@ from agentsearch.replay import (
     replay_kinds,
     unregister_replay,
 )
-from agentsearch.trainer.config import TrainConfig
-from agentsearch.trainer.losses import (
-    LossStats,
-    grpo_loss,
-    loss_names,
-    loss_normalizer,
-    loss_spec,
-    register_loss,
-    unregister_loss,
-)
 from agentsearch.trainer.setup import build_replay
+from agentsearch.trainer.train_config import TrainConfig
 
 BUILTIN_REPLAY = ["none", "hdr", "naive", "recency", "headroom_only", "drift_only"]
 
@@ -172,10 +172,10 @@ def test_unknown_loss_lists_the_known_ones():
 
 
 def test_registered_loss_is_used_by_policy_update(my_loss):
+    from agentsearch.algorithms.optim import make_optimizer
+    from agentsearch.algorithms.update import Row, pad_rows, policy_update
     from agentsearch.models import load_model
-    from agentsearch.trainer.logprobs import token_logprobs
-    from agentsearch.trainer.setup import build_optimizer
-    from agentsearch.trainer.update import Row, pad_rows, policy_update
+    from agentsearch.models.logprobs import token_logprobs
 
     model = load_model("tiny-s", seed=0)[0]
     cfg = TrainConfig(model="tiny-s", loss="my_loss", lr=1e-3, micro_batch_size=2, agg="token")
@@ -194,7 +194,7 @@ def test_registered_loss_is_used_by_policy_update(my_loss):
     expected = 2 * grpo_loss(lp, b["old"], b["adv"], b["mask"], clip_low=cfg.clip_low,
                              clip_high=cfg.clip_high, agg="sequence").loss.item()
     CALLS.clear()
-    out = policy_update(model, *build_optimizer(cfg, model), rows, cfg)
+    out = policy_update(model, *make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_steps), rows, cfg)
     assert out["train/skipped"] == 0.0
     assert [c["rows"] for c in CALLS] == [2, 1]  # two micro-batches, both through the user's loss
     assert all(c["normalizer"] == 3.0 and c["agg"] == "token" for c in CALLS)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from agentsearch.config import apply_overrides
+from agentsearch.core.config import apply_overrides
 from agentsearch.models import load_model, load_tokenizer
 from agentsearch.trainer.checkpoint import save_final
-from agentsearch.trainer.config import TrainConfig
+from agentsearch.trainer.train_config import TrainConfig
 
 TEXTS = ["Search, then answer. Question: In what year was Ky Stethith born?\n",
          '\n\n<information>Doc 1(Title: "Ky Stethith") Ky Stethith (born 1887) is a painter.</information>\n\n',

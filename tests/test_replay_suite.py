@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentsearch.analysis.runner import run_finished, run_parallel, train_run
+from agentsearch.recipes.runner import run_finished, run_parallel, train_run
 from agentsearch.replay import HeadroomDriftBuffer, ReplayGroup
 from agentsearch.replay.stats import exposure_by_decile
 

@@ -227,9 +227,9 @@ def test_one_event_loop_per_run_opens_one_http_client_and_closes_it(url, httpx_c
     """Several rollouts on one ``EventLoop`` against the real server: the remote retriever
     opens ONE httpx.AsyncClient for the run, and closing the loop with the envs closes it."""
     from agentsearch.envs import SearchEnv
-    from agentsearch.envs.oracle import world_oracle
     from agentsearch.models import load_tokenizer
     from agentsearch.rollout import EventLoop, SamplingParams, ScriptedBackend, rollout
+    from agentsearch.warmstart.search_oracle import world_oracle
 
     made = httpx_clients
     tasks, policy = world_oracle(split="dev")

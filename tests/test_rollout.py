@@ -6,13 +6,13 @@ import asyncio
 import time
 
 import pytest
+from user_envs import CountingEnv
 
 from agentsearch.envs import MathEnv, SearchEnv
-from agentsearch.envs.core import TextEnv, run_sync
-from agentsearch.envs.oracle import world_oracle
-from agentsearch.envs.rewards import AnswerScore
+from agentsearch.envs.text_env import TextEnv, run_sync
 from agentsearch.models import load_tokenizer
 from agentsearch.rollout import SamplingParams, ScriptedBackend, arollout, rollout
+from agentsearch.warmstart.search_oracle import world_oracle
 
 
 @pytest.fixture(scope="module")
@@ -135,43 +135,16 @@ def test_json_format_rollout_masks(tok):
                    "<|im_start|>assistant\n"]
 
 
-class _CountingEnv(TextEnv):
-    """A user env: reward 0.25 per step and 1.0 for the answer, returned by ``step`` only
-    (no ``reward/*`` keys in info); ``named=True`` reports them as two named components."""
-
-    def __init__(self, *, named: bool = False, **kw):
-        self.named = named
-        super().__init__(chat_template="none", **kw)
-
-    def load_tasks(self):
-        return [{"id": "c", "question": "count", "golden_answers": ["3"]}]
-
-    def instructions(self, task):
-        return [{"role": "user", "content": task["question"]}]
-
-    def score(self, answer, task):
-        return AnswerScore(answer == "3", float(answer == "3"))
-
-    async def astep(self, action):
-        self._turn += 1
-        done = self._turn >= 3
-        reward = 1.0 if done else 0.25
-        info = {"answer_correct": True if done else None}
-        if self.named:
-            info.update({"reward/progress": 0.25, "reward/answer": reward - 0.25})
-        return ("" if done else " more"), reward, done, False, info
-
-
-class _SyncStepEnv(_CountingEnv):
+class _SyncStepEnv(CountingEnv):
     """The same env written the Gymnasium way: only the synchronous ``step`` is overridden."""
 
     astep = TextEnv.astep
 
     def step(self, action):
-        return run_sync(_CountingEnv.astep(self, action))
+        return run_sync(CountingEnv.astep(self, action))
 
 
-@pytest.mark.parametrize("env_cls,named", [(_CountingEnv, False), (_CountingEnv, True), (_SyncStepEnv, False)])
+@pytest.mark.parametrize("env_cls,named", [(CountingEnv, False), (CountingEnv, True), (_SyncStepEnv, False)])
 def test_user_env_rewards_from_step_count(tok, env_cls, named):
     task = {"id": "c", "question": "count", "golden_answers": ["3"]}
     eps, stats = rollout(lambda: env_cls(named=named), [task], ScriptedBackend(tok, lambda c: "go"),
@@ -189,7 +162,7 @@ def test_user_env_rewards_from_step_count(tok, env_cls, named):
 
 
 def test_reward_components_must_sum_to_the_step_reward(tok):
-    class Inconsistent(_CountingEnv):
+    class Inconsistent(CountingEnv):
         async def astep(self, action):
             obs, reward, term, trunc, info = await super().astep(action)
             return obs, reward, term, trunc, {**info, "reward/answer": reward + 1.0}
@@ -204,6 +177,6 @@ def test_prompt_longer_than_max_seq_len_is_an_error_not_a_cut(tok):
     short_task = {"id": "short", "question": "count", "golden_answers": ["3"]}
     backend = ScriptedBackend(tok, lambda c: "go")
     with pytest.raises(ValueError, match=r"task 'long-one' has \d+ tokens.*max_seq_len=64"):
-        rollout(lambda: _CountingEnv(), [short_task, long_task], backend, SamplingParams(), max_seq_len=64)
-    eps, _ = rollout(lambda: _CountingEnv(), [short_task], backend, SamplingParams(), max_seq_len=64)
+        rollout(lambda: CountingEnv(), [short_task, long_task], backend, SamplingParams(), max_seq_len=64)
+    eps, _ = rollout(lambda: CountingEnv(), [short_task], backend, SamplingParams(), max_seq_len=64)
     assert eps[0].terminated and len(eps[0].token_ids) <= 64

@@ -8,11 +8,10 @@ import sys
 
 import gymnasium
 import pytest
+from user_envs import CountingEnv
 
 import agentsearch.envs  # noqa: F401 - registers the ids
 from agentsearch.envs import MathEnv, SearchEnv
-from agentsearch.envs.core import TextEnv
-from agentsearch.envs.rewards import AnswerScore
 from agentsearch.rollout import (
     RolloutEnv,
     SamplingParams,
@@ -40,30 +39,10 @@ def test_search_env_is_a_rollout_env():
     assert isinstance(SearchEnv(), RolloutEnv) and isinstance(MathEnv(), RolloutEnv)
 
 
-class _Counting(TextEnv):
-    """A conforming user env: ends after 3 turns, reward 0.25 per turn + 0.75 at the end."""
+class _Counting(CountingEnv):
+    """A conforming user env with named reward components (``user_envs.CountingEnv``)."""
 
-    def __init__(self, **kw):
-        super().__init__(chat_template="none", **kw)
-
-    def load_tasks(self):
-        return [{"id": "c", "question": "count", "golden_answers": ["3"]}]
-
-    def instructions(self, task):
-        return [{"role": "user", "content": task["question"]}]
-
-    def score(self, answer, task):
-        return AnswerScore(answer == "3", float(answer == "3"))
-
-    def _info(self, done: bool) -> dict:
-        return {"answer_correct": True if done else None, "reward/progress": 0.25,
-                "reward/answer": 0.75 if done else 0.0}
-
-    async def astep(self, action):
-        self._turn += 1
-        done = self._turn >= 3
-        info = self._info(done)
-        return ("" if done else " more"), 1.0 if done else 0.25, done, False, info
+    named = True
 
 
 class _Minimal:

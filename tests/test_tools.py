@@ -10,19 +10,17 @@ import time
 
 import pytest
 
-import agentsearch.envs.tools as tools_module
+import agentsearch.envs.tools.protocol as tools_module
 from agentsearch.envs import MathEnv, SearchEnv
-from agentsearch.envs.sandbox import CalculatorError, evaluate, network_isolation, run_python
-from agentsearch.envs.tools import (
-    CalculatorTool,
-    PythonTool,
-    SearchTool,
+from agentsearch.envs.tools import CalculatorTool, PythonTool, SearchTool
+from agentsearch.envs.tools.protocol import (
     Tool,
     available_tools,
     load_tool,
     load_tools,
     tool_schema,
 )
+from agentsearch.envs.tools.sandbox import CalculatorError, evaluate, network_isolation, run_python
 
 TASK = {"id": "t0", "question": "What is 6 times 7?", "golden_answers": ["42"]}
 
@@ -31,10 +29,10 @@ def test_builtins_come_from_the_entry_point_group():
     from importlib.metadata import entry_points
 
     eps = {ep.name: ep.value for ep in entry_points(group="agentsearch.tools")}
-    assert eps == {"search": "agentsearch.envs.tools:SearchTool",
-                   "calculator": "agentsearch.envs.tools:CalculatorTool",
-                   "python": "agentsearch.envs.tools:PythonTool",
-                   "crop": "agentsearch.envs.images:CropTool"}
+    assert eps == {"search": "agentsearch.envs.tools.retrieval:SearchTool",
+                   "calculator": "agentsearch.envs.tools.calculator:CalculatorTool",
+                   "python": "agentsearch.envs.tools.python_exec:PythonTool",
+                   "crop": "agentsearch.envs.tools.crop:CropTool"}
     assert set(eps) <= set(available_tools())
     for name, cls in [("search", SearchTool), ("calculator", CalculatorTool), ("python", PythonTool)]:
         tool = load_tool(name)
@@ -59,7 +57,7 @@ def test_load_by_path_and_errors():
 
 
 def test_readme_custom_tool_example_runs():
-    """The custom-tool example in the tools module docstring works as written."""
+    """The custom-tool example in the tool protocol's docstring works as written."""
     doc = tools_module.__doc__
     start = doc.rfind("\n", 0, doc.index("import asyncio")) + 1
     code = textwrap.dedent(doc[start:])
@@ -144,7 +142,7 @@ def test_python_has_no_network():
 
 
 def test_missing_network_isolation_warns_once_per_process(monkeypatch, caplog):
-    import agentsearch.envs.sandbox as sandbox
+    import agentsearch.envs.tools.sandbox as sandbox
 
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)  # no unshare binary
     network_isolation.cache_clear()
@@ -212,10 +210,10 @@ def test_search_tool_with_an_injected_retriever_and_long_results():
 def test_latency_profile_wraps_the_envs_own_search_tool():
     """A tool-latency profile must keep the env's search settings (topk, world): rebuilding
     the tool with defaults made the demo's base read 3 passages instead of 2 (dev EM 0)."""
-    from agentsearch.config import apply_overrides
+    from agentsearch.core.config import apply_overrides
     from agentsearch.envs.tools import LatencyTool
-    from agentsearch.trainer.config import TrainConfig
     from agentsearch.trainer.setup import build_envs
+    from agentsearch.trainer.train_config import TrainConfig
 
     cfg = apply_overrides(TrainConfig, "tiny", ["tool_latency.kind=fixed", "tool_latency.mean_s=0.01"])
     (env,) = build_envs(cfg, 1)

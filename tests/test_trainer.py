@@ -13,16 +13,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentsearch.config import ConfigError, apply_overrides
-from agentsearch.trainer.config import TrainConfig
+from agentsearch.core.config import ConfigError, apply_overrides
 from agentsearch.trainer.loop import train
 from agentsearch.trainer.timing import PHASES
+from agentsearch.trainer.train_config import TrainConfig
 
 SMALL = ["model=tiny-s", "steps=3", "prompts_per_step=2", "group_size=4", "max_turns=3",
          "max_seq_len=512", "generation.max_new_tokens=16", "eval.limit=4", "eval.every=0",
          "replay.k_rep=2", "replay.capacity=16", "replay.scan_chunk=2", "replay.tau=1e9",
          "sft.steps=0", "sft.pretrain_steps=0", "threads=1", "tensorboard=false",
          "checkpoint_every=2", "micro_batch_size=4", "lr=1e-3"]
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _cfg(*extra):
@@ -134,13 +136,13 @@ def test_resume_after_kill_continues_exactly(tmp_path):
 
 
 def test_nonfinite_loss_skips_the_step():
+    from agentsearch.algorithms.optim import make_optimizer
+    from agentsearch.algorithms.update import Row, policy_update
     from agentsearch.models import load_model
-    from agentsearch.trainer.setup import build_optimizer
-    from agentsearch.trainer.update import Row, policy_update
 
     cfg = _cfg()
     model, _ = load_model("tiny-s")
-    opt, sched = build_optimizer(cfg, model)
+    opt, sched = make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_steps)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     rows = [Row(torch.tensor([1, 2, 3, 4]), torch.tensor([False, True, True, True]),
                 torch.tensor([0.0, math.nan, -1.0, -1.0]), 1.0, False)]
@@ -184,14 +186,14 @@ def test_retriever_down_at_start_is_a_clear_error(tmp_path):
 
 
 def test_update_moves_logprobs_the_way_advantages_ask():
+    from agentsearch.algorithms.optim import make_optimizer
+    from agentsearch.algorithms.update import Row, pad_rows, policy_update
     from agentsearch.models import load_model
-    from agentsearch.trainer.logprobs import token_logprobs
-    from agentsearch.trainer.setup import build_optimizer
-    from agentsearch.trainer.update import Row, pad_rows, policy_update
+    from agentsearch.models.logprobs import token_logprobs
 
     cfg = _cfg("lr=3e-3")
     model, _ = load_model("tiny-s", seed=1)
-    opt, sched = build_optimizer(cfg, model)
+    opt, sched = make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_steps)
     good, bad = torch.tensor([5, 6, 7, 8, 9]), torch.tensor([5, 6, 17, 18, 19])
     mask = torch.tensor([False, False, True, True, True])
 
@@ -221,7 +223,7 @@ def test_lora_run_trains_only_the_adapter(tmp_path):
 
 
 def test_presets_load_and_every_field_is_documented():
-    from agentsearch.config import reference
+    from agentsearch.core.config import reference
 
     for preset in ("tiny", "smollm2", "search-r1-qwen2.5-3b"):
         cfg = apply_overrides(TrainConfig, preset, [])
@@ -230,9 +232,15 @@ def test_presets_load_and_every_field_is_documented():
     assert (paper.prompts_per_step, paper.replay.k_rep, paper.replay.tau, paper.replay.capacity) == (128, 64, 1e-2, 512)
     undocumented = [key for key, _, doc in reference(TrainConfig) if not doc]
     assert undocumented == []
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    missing = [key for key, _, _ in reference(TrainConfig) if f"`{key}`" not in readme]
-    assert missing == [], f"README config reference is stale: run scripts/config_reference.py ({missing[:5]})"
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("config_reference", ROOT / "scripts" / "config_reference.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    page = (ROOT / "docs" / "config.md").read_text().splitlines()
+    start = page.index(gen.HEADER)
+    assert page[start:start + len(gen.table())] == gen.table(), \
+        "docs/config.md is stale: run python scripts/config_reference.py --write"
 
 
 def test_run_uses_one_event_loop_one_retriever_client_closed_at_end(tmp_path, monkeypatch, httpx_clients):
@@ -302,13 +310,13 @@ def recording_hdr(monkeypatch):
     row per batch, unlike the loop's scorer); it records which groups the buffer scored (in
     order) and what ``select`` returned."""
     import agentsearch.trainer.loop as loop_mod
+    from agentsearch.models.logprobs import make_score_fn
     from agentsearch.replay import (
         HeadroomDriftBuffer,
         policy_drift,
         register_replay,
         unregister_replay,
     )
-    from agentsearch.trainer.logprobs import make_score_fn
 
     live, scans = {}, []
     real_make_score_fn = loop_mod.make_score_fn

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
+from agentsearch.algorithms.grouping import episodes_to_groups, rescore
 from agentsearch.rollout import Episode
-from agentsearch.trainer.groups import episodes_to_groups, rescore
 
 
 def _episode(task, ids, mask, lps, reward, correct):
@@ -51,9 +51,9 @@ def test_rescore_stores_the_trainers_logprobs_and_reports_gap_and_entropy():
 
 
 def test_overlong_shaping_counts_policy_tokens_against_the_response_budget():
-    from agentsearch.config import apply_overrides
-    from agentsearch.trainer.config import TrainConfig
-    from agentsearch.trainer.groups import response_lengths
+    from agentsearch.algorithms.grouping import response_lengths
+    from agentsearch.core.config import apply_overrides
+    from agentsearch.trainer.train_config import TrainConfig
 
     # budget = max_turns x max_new_tokens = 2 x 5 = 10 policy tokens; the penalty ramps from
     # 10 - 4 = 6 to 10 (max_seq_len = 1024 is the whole episode's budget, not the response's)

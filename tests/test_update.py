@@ -8,14 +8,14 @@ import dataclasses
 import pytest
 import torch
 
+from agentsearch.algorithms.grouping import episodes_to_groups, rescore
+from agentsearch.algorithms.losses import kl_penalty, loss_names, loss_normalizer, policy_loss
+from agentsearch.algorithms.optim import make_optimizer
+from agentsearch.algorithms.update import Row, pad_rows, policy_update, rows_of
 from agentsearch.models import load_model
+from agentsearch.models.logprobs import make_score_fn, token_logprobs
 from agentsearch.rollout import Episode
-from agentsearch.trainer.config import GenerationConfig, TrainConfig
-from agentsearch.trainer.groups import episodes_to_groups, rescore
-from agentsearch.trainer.logprobs import make_score_fn, token_logprobs
-from agentsearch.trainer.losses import kl_penalty, loss_names, loss_normalizer, policy_loss
-from agentsearch.trainer.setup import build_optimizer
-from agentsearch.trainer.update import Row, pad_rows, policy_update, rows_of
+from agentsearch.trainer.train_config import SamplingConfig, TrainConfig
 
 CLIPS = {"grpo": (0.2, 0.28), "gspo": (3e-4, 4e-4), "cispo": (0.2, 0.28)}
 # old-logprob perturbation: some GRPO/CISPO tokens clip; GSPO's sequence ratios stay in range
@@ -35,7 +35,7 @@ def ref_model():
 def _cfg(loss="grpo", **kw):
     lo, hi = CLIPS[loss]
     return TrainConfig(model="tiny-s", loss=loss, clip_low=lo, clip_high=hi, lr=1e-3,
-                       generation=GenerationConfig(max_new_tokens=4), **kw)
+                       generation=SamplingConfig(max_new_tokens=4), **kw)
 
 
 def _episode(task, policy, reward, prompt=(5, 6, 7), obs=(8, 9)):
@@ -109,7 +109,7 @@ def test_reported_loss_is_the_pure_loss_and_the_step_moves_weights(base, ref_mod
     with torch.no_grad():
         expected = float(_full_batch_loss(model, rows, cfg, ref_model))
     before = _params(model)
-    opt, sched = build_optimizer(cfg, model)
+    opt, sched = make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_steps)
     out = policy_update(model, opt, sched, rows, cfg,
                         ref_logprobs_fn=_ref_fn(ref_model, cfg) if cfg.kl_coef > 0 else None)
     assert out["train/loss"] == pytest.approx(expected, rel=1e-4, abs=1e-6)
@@ -136,7 +136,7 @@ def test_on_policy_loss_hand_worked(base, loss, agg, expected):
         b = pad_rows([r], "cpu")
         with torch.no_grad():
             r.old_lp = token_logprobs(model, b["ids"], b["attn"])[0]  # [T]: on policy
-    opt, sched = build_optimizer(cfg, model)
+    opt, sched = make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_steps)
     out = policy_update(model, opt, sched, rows, cfg)
     assert out["train/loss"] == pytest.approx(expected, abs=1e-5)
 
@@ -202,7 +202,7 @@ def _same_state(a, b) -> bool:
 def test_a_step_without_signal_touches_nothing(base, loss):
     cfg = _cfg(loss)
     model = copy.deepcopy(base)
-    opt, sched = build_optimizer(cfg, model)
+    opt, sched = make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_steps)
     rows = _rows(model, cfg)
     first = policy_update(model, opt, sched, rows, cfg)  # a real step: Adam now has momentum
     assert first["train/skipped"] == 0.0 and first["train/skipped_no_signal"] == 0.0
@@ -220,7 +220,7 @@ def test_zero_advantages_with_a_kl_term_still_step(base, ref_model):
     # the KL term pulls toward the reference whatever the advantages: that is signal
     cfg = _cfg("grpo", kl_coef=0.1)
     model = copy.deepcopy(base)
-    opt, sched = build_optimizer(cfg, model)
+    opt, sched = make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_steps)
     rows = _rows(model, cfg)
     for r in rows:
         r.adv = 0.0

@@ -13,8 +13,8 @@ KW = dict(turn_format="tags", chat_template="none", system_prompt="Answer. ", ki
 
 @pytest.fixture(scope="module")
 def vlm():
-    from agentsearch.vlm import load_vlm
-    from agentsearch.vlm_text import ImageTextTokenizer
+    from agentsearch.models.processor import ImageTextTokenizer
+    from agentsearch.models.vlm import load_vlm
 
     torch.set_num_threads(1)
     model, processor = load_vlm("tiny-vlm", seed=0)
@@ -34,8 +34,8 @@ def _episodes(vlm, n_tasks=2, n=3, tools=("crop",), max_turns=2):
 
 
 def test_rollout_with_images_is_token_exact_and_masks_image_tokens(vlm):
-    from agentsearch.trainer.logprobs import token_logprobs
-    from agentsearch.vlm import image_token_id, tokens_per_image
+    from agentsearch.models.logprobs import token_logprobs
+    from agentsearch.models.vlm import image_token_id, tokens_per_image
 
     model, tok = vlm
     eps = _episodes(vlm)
@@ -53,9 +53,9 @@ def test_rollout_with_images_is_token_exact_and_masks_image_tokens(vlm):
 
 
 def test_replay_scores_of_a_multimodal_group_equal_at_ingress_and_on_replay(vlm):
+    from agentsearch.algorithms.grouping import episodes_to_groups, rescore
+    from agentsearch.models.logprobs import make_score_fn
     from agentsearch.replay import ReplayGroup, make_replay
-    from agentsearch.trainer.groups import episodes_to_groups, rescore
-    from agentsearch.trainer.logprobs import make_score_fn
 
     model, tok = vlm
     eps = _episodes(vlm, n_tasks=2, n=4)
@@ -114,9 +114,13 @@ def test_the_crop_population_zooms_into_the_named_quarter_then_answers(vlm):
     """The warm start's agents on ``quarter`` questions: ``crop`` asks for the quarter the
     question names and answers what the enlarged quarter shows (gold, checked by the env's
     reward); ``guess`` answers at once with one of the picture's colours."""
+    from agentsearch.envs.tasks.vision_tasks import QUARTERS
     from agentsearch.envs.vision import VisionEnv
-    from agentsearch.envs.vision_tasks import QUARTERS
-    from agentsearch.trainer.vision_sft import crop_region, guess_answer, vision_oracle_episodes
+    from agentsearch.warmstart.vision_oracle import (
+        crop_region,
+        guess_answer,
+        vision_oracle_episodes,
+    )
 
     _, tok = vlm
     kw = dict(KW, kinds=("quarter",), image_size=128, tools=("crop",))

@@ -11,9 +11,9 @@ import torch
 pytest.importorskip("vllm")
 
 from agentsearch.models import load_model  # noqa: E402
+from agentsearch.models.logprobs import token_logprobs  # noqa: E402
 from agentsearch.rollout.backends import SamplingParams  # noqa: E402
 from agentsearch.rollout.hf import HFBackend  # noqa: E402
-from agentsearch.trainer.logprobs import token_logprobs  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 TOL = 1e-4

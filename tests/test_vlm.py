@@ -1,4 +1,4 @@
-"""The tiny VLM (agentsearch.vlm): built offline, image tokens, logprobs, save/load, errors."""
+"""The tiny VLM (agentsearch.models.vlm): built offline, image tokens, logprobs, save/load, errors."""
 
 import time
 
@@ -7,7 +7,8 @@ import torch
 from PIL import Image
 
 from agentsearch.models import load_model, load_tokenizer
-from agentsearch.vlm import (
+from agentsearch.models.logprobs import token_logprobs
+from agentsearch.models.vlm import (
     IMAGE_TOKEN,
     ImageTokenSuppressor,
     collate_pixel_values,
@@ -18,7 +19,6 @@ from agentsearch.vlm import (
     save_vlm,
     tiny_vlm,
     tokens_per_image,
-    vlm_token_logprobs,
 )
 
 
@@ -37,9 +37,9 @@ def _img(color, size=(64, 64), box=None):
 def _sample(model, proc, texts, images, **params):
     """Sample through the rollout's ``HFBackend`` (the path training uses): ``(prompt ids,
     Generations)``; ``images`` per text, in order."""
+    from agentsearch.models.processor import ImageTextTokenizer
     from agentsearch.rollout import SamplingParams
     from agentsearch.rollout.hf import HFBackend
-    from agentsearch.vlm_text import ImageTextTokenizer
 
     tok = ImageTextTokenizer(proc)
     prompts = tok(texts)["input_ids"]
@@ -105,7 +105,7 @@ def test_generate_logprobs_equal_teacher_forced(vlm):
         ids = torch.tensor([prompt + gen.token_ids])
         pixels = prepare_images(proc, imgs) if imgs else None
         with torch.no_grad():
-            tf = vlm_token_logprobs(model, ids, pixels, temperature=0.8)
+            tf = token_logprobs(model, ids, pixel_values=pixels, temperature=0.8)
         P = len(prompt)
         assert (tf[0, P:] - torch.tensor(gen.logprobs)).abs().max() < 1e-4
         assert (tf[0, :P][ids[0, :P] == image_token_id(model)] == 0).all()  # image tokens: not scored
@@ -122,8 +122,7 @@ def test_generate_logprobs_equal_teacher_forced(vlm):
     new = out.sequences[:, P:]
     gen = torch.log_softmax(logits / 0.8, -1).gather(-1, new[..., None]).squeeze(-1)
     with torch.no_grad():
-        tf = vlm_token_logprobs(model, out.sequences, enc["pixel_values"],
-                                torch.cat([enc["attention_mask"], torch.ones_like(new)], 1), temperature=0.8)
+        tf = token_logprobs(model, out.sequences, torch.cat([enc["attention_mask"], torch.ones_like(new)], 1), pixel_values=enc["pixel_values"], temperature=0.8)
     assert (tf[:, P:] - gen).abs().max() < 1e-4
 
 
@@ -145,7 +144,7 @@ def test_image_token_is_never_sampled():
     assert prompt == enc["input_ids"][0].tolist() and iid not in gen.token_ids
     ids = torch.tensor([prompt + gen.token_ids])
     with torch.no_grad():  # and the rescoring of the sampled sequence still works and agrees
-        tf = vlm_token_logprobs(model, ids, enc["pixel_values"])
+        tf = token_logprobs(model, ids, pixel_values=enc["pixel_values"])
     assert (tf[0, len(prompt):] - torch.tensor(gen.logprobs)).abs().max() < 1e-4
 
 
@@ -162,8 +161,8 @@ def test_save_load_round_trip(vlm, tmp_path):
     assert tokens_per_image(proc2) == tokens_per_image(model2) == 16
     with torch.no_grad():
         assert torch.equal(model(**enc).logits, model2(**enc).logits)
-        assert torch.equal(vlm_token_logprobs(model, enc["input_ids"], enc["pixel_values"]),
-                           vlm_token_logprobs(model2, enc["input_ids"], enc["pixel_values"]))
+        assert torch.equal(token_logprobs(model, enc["input_ids"], pixel_values=enc["pixel_values"]),
+                           token_logprobs(model2, enc["input_ids"], pixel_values=enc["pixel_values"]))
     assert model2.lm_head.weight.data_ptr() == model2.get_input_embeddings().weight.data_ptr()
 
 
@@ -174,8 +173,8 @@ def test_the_image_changes_only_the_text_after_it(vlm):
     b = proc(text=text, images=[_img((0, 0, 0), box=(48, 48, 64, 64))], return_tensors="pt")
     assert torch.equal(a["input_ids"], b["input_ids"])
     with torch.no_grad():
-        la = vlm_token_logprobs(model, a["input_ids"], a["pixel_values"])
-        lb = vlm_token_logprobs(model, b["input_ids"], b["pixel_values"])
+        la = token_logprobs(model, a["input_ids"], pixel_values=a["pixel_values"])
+        lb = token_logprobs(model, b["input_ids"], pixel_values=b["pixel_values"])
     ids = a["input_ids"][0].tolist()
     first = ids.index(image_token_id(model))
     assert torch.equal(la[:, :first + 1], lb[:, :first + 1])  # causal: nothing before the image moves
@@ -191,13 +190,13 @@ def test_grad_target_mask_and_text_only_rows(vlm):
     tmask = torch.zeros_like(ids, dtype=torch.bool)
     tmask[:, -4:] = True
     model.zero_grad()
-    lp = vlm_token_logprobs(model, ids, enc["pixel_values"], mask, target_mask=tmask, chunk_tokens=3)
+    lp = token_logprobs(model, ids, mask, pixel_values=enc["pixel_values"], target_mask=tmask, chunk_tokens=3)
     assert (lp[~tmask] == 0).all() and (lp[tmask & mask.bool()] < 0).all()
     lp.sum().backward()
     for part in (model.model.vision_tower, model.model.multi_modal_projector, model.model.language_model):
         assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in part.parameters())
     with torch.no_grad():
-        full = vlm_token_logprobs(model, ids, enc["pixel_values"], mask)
+        full = token_logprobs(model, ids, mask, pixel_values=enc["pixel_values"])
     assert torch.allclose(full[tmask], lp[tmask].detach(), atol=1e-6)
     model.zero_grad()
 
@@ -221,8 +220,8 @@ def test_collate_pixel_values_follows_rows_and_cuts(vlm):
     cut = ids[:, :second].clone()
     assert torch.equal(collate_pixel_values(cut, pvs, model), torch.cat([pvs[0][:1], pvs[2]]))
     with torch.no_grad():
-        lp = vlm_token_logprobs(model, cut, collate_pixel_values(cut, pvs, model))
-        full = vlm_token_logprobs(model, ids[:1], pvs[0])
+        lp = token_logprobs(model, cut, pixel_values=collate_pixel_values(cut, pvs, model))
+        full = token_logprobs(model, ids[:1], pixel_values=pvs[0])
     assert torch.allclose(lp[0, :second], full[0, :second], atol=1e-5)
     with pytest.raises(ValueError, match="row 0 holds 20 image tokens"):
         collate_pixel_values(ids[:, :second + 4], pvs, model)
@@ -233,10 +232,10 @@ def test_lora_wrapped_vlm_scores_the_same():
     model, proc = tiny_vlm(seed=1)
     enc = proc(text=["A <image> B C D"], images=[_img((1, 2, 3))], return_tensors="pt")
     with torch.no_grad():
-        before = vlm_token_logprobs(model, enc["input_ids"], enc["pixel_values"])
+        before = token_logprobs(model, enc["input_ids"], pixel_values=enc["pixel_values"])
     wrapped = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"],
                                                          task_type="CAUSAL_LM"))
-    lp = vlm_token_logprobs(wrapped, enc["input_ids"], enc["pixel_values"])
+    lp = token_logprobs(wrapped, enc["input_ids"], pixel_values=enc["pixel_values"])
     assert torch.allclose(lp, before, atol=1e-6)  # LoRA B starts at 0
     lp.sum().backward()
     assert any(p.grad is not None for n, p in wrapped.named_parameters() if "lora_" in n)
@@ -245,13 +244,13 @@ def test_lora_wrapped_vlm_scores_the_same():
 
 
 def test_text_base_warm_start_matches_the_text_model():
-    from agentsearch.trainer.logprobs import token_logprobs
+    from agentsearch.models.logprobs import token_logprobs
 
     model, _ = tiny_vlm(text="tiny-base")
     base, tok = load_model("tiny-base")
     ids = tok("Question: In what year was Ky Stethith born?", return_tensors="pt")["input_ids"]
     with torch.no_grad():
-        assert torch.allclose(vlm_token_logprobs(model, ids, None), token_logprobs(base, ids), atol=1e-5)
+        assert torch.allclose(token_logprobs(model, ids), token_logprobs(base, ids), atol=1e-5)
 
 
 def test_clear_errors(vlm, tmp_path):
@@ -263,7 +262,7 @@ def test_clear_errors(vlm, tmp_path):
     text_model, tok = load_model("tiny-s")
     ids = torch.tensor([[1, 2, 3]])
     with pytest.raises(ValueError, match="text-only model"):
-        vlm_token_logprobs(text_model, ids, torch.zeros(1, 3, 64, 64))
+        token_logprobs(text_model, ids, pixel_values=torch.zeros(1, 3, 64, 64))
     with pytest.raises(ValueError, match="text-only"):
         HFBackend(text_model, tok).generate([[1, 2, 3]], SamplingParams(max_new_tokens=2), images=[[red]])
     with pytest.raises(ValueError, match="text-only tokenizer"):
@@ -283,13 +282,13 @@ def test_clear_errors(vlm, tmp_path):
         prepare_images(proc, [red, red], n_placeholders=1)
     enc = proc(text=["x <image> y"], images=[red], return_tensors="pt")
     with pytest.raises(ValueError, match="16 image tokens but 2 image"):
-        vlm_token_logprobs(model, enc["input_ids"], enc["pixel_values"].repeat(2, 1, 1, 1))
+        token_logprobs(model, enc["input_ids"], pixel_values=enc["pixel_values"].repeat(2, 1, 1, 1))
     with pytest.raises(ValueError, match="image tokens but 0 image"):
-        vlm_token_logprobs(model, enc["input_ids"], None)
+        token_logprobs(model, enc["input_ids"])
     with pytest.raises(ValueError, match="holds 16 image tokens"):  # sampling checks the same layout
         _sample(model, proc, ["x <image> y"], [[]], max_new_tokens=2)
     with pytest.raises(ValueError, match="vision tower takes 64x64"):
-        vlm_token_logprobs(model, enc["input_ids"], torch.zeros(1, 3, 32, 32))
+        token_logprobs(model, enc["input_ids"], pixel_values=torch.zeros(1, 3, 32, 32))
     # too large
     huge = Image.new("L", (2100, 2100))
     with pytest.raises(ValueError, match="over the limit.*downscale"):
@@ -311,12 +310,12 @@ def test_forward_time_batch_of_8(vlm):
     torch.set_num_threads(1)
     try:
         with torch.no_grad():
-            vlm_token_logprobs(model, enc["input_ids"], enc["pixel_values"], enc["attention_mask"])
+            token_logprobs(model, enc["input_ids"], enc["attention_mask"], pixel_values=enc["pixel_values"])
             t = time.perf_counter()
             for _ in range(5):
-                vlm_token_logprobs(model, enc["input_ids"], enc["pixel_values"], enc["attention_mask"])
+                token_logprobs(model, enc["input_ids"], enc["attention_mask"], pixel_values=enc["pixel_values"])
             ms = (time.perf_counter() - t) / 5 * 1000
     finally:
         torch.set_num_threads(threads)
-    print(f"vlm_token_logprobs, 8 x {enc['input_ids'].shape[1]} tokens + 8 images, 1 thread: {ms:.1f} ms")
+    print(f"token_logprobs with images, 8 x {enc['input_ids'].shape[1]} tokens + 8 images, 1 thread: {ms:.1f} ms")
     assert ms < 1000

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from agentsearch.config import ConfigError, apply_overrides
-from agentsearch.trainer.config import TrainConfig
+from agentsearch.core.config import ConfigError, apply_overrides
 from agentsearch.trainer.setup import build_envs, build_policy
-from agentsearch.trainer.sft import warm_start
+from agentsearch.trainer.train_config import TrainConfig
+from agentsearch.warmstart.stages import warm_start
 
 PRE = ["model=tiny-s", "max_turns=3", "max_seq_len=512", "threads=1", "sft.steps=0",
        "sft.pretrain_steps=3", "sft.pretrain_episodes=16", "sft.batch_size=4"]
@@ -16,7 +16,7 @@ def _warm(*extra):
     cfg = apply_overrides(TrainConfig, "tiny", PRE + list(extra))
     model, tok = build_policy(cfg)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    metrics = warm_start(cfg, model, tok, build_envs(cfg, 8))
+    metrics = warm_start(cfg, model, tok, build_envs(cfg, 8), make_envs=build_envs)
     return model, before, metrics
 
 
@@ -42,4 +42,4 @@ def test_pretraining_on_the_training_world_is_refused():
         cfg = apply_overrides(TrainConfig, "tiny", PRE + bad)
         model, tok = build_policy(cfg)
         with pytest.raises(ConfigError, match="must not include env_kwargs.world_seed"):
-            warm_start(cfg, model, tok, build_envs(cfg, 2))
+            warm_start(cfg, model, tok, build_envs(cfg, 2), make_envs=build_envs)

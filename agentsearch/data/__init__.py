@@ -24,7 +24,7 @@ def world_dir(seed: int = 0, entities: int | None = None) -> Path:
     Lives under ``$AGENTSEARCH_CACHE/worlds`` (default ``~/.cache/agentsearch``); written
     to a temporary folder and renamed, so concurrent first uses never see half a world.
     """
-    from agentsearch.cache import cache_dir, publish_dir
+    from agentsearch.core.cache import cache_dir, publish_dir
 
     cfg = WorldConfig(seed=seed) if entities is None else WorldConfig(seed=seed, entities=entities)
     counts = f"q{cfg.n_train}-{cfg.n_dev}-{cfg.n_test}"

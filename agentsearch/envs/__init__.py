@@ -12,10 +12,10 @@
 Importing this package registers the env ids with Gymnasium; it does not import torch.
 """
 
-from agentsearch.envs.core import TextEnv, TextEnvConfig, UnicodeText, observation_text
 from agentsearch.envs.math import MathEnv, MathEnvConfig
-from agentsearch.envs.registration import ENV_IDS, register_envs
+from agentsearch.envs.registration import ENV_IDS, make_env, register_envs
 from agentsearch.envs.search import SearchEnv, SearchEnvConfig
+from agentsearch.envs.text_env import TextEnv, TextEnvConfig, UnicodeText, observation_text
 from agentsearch.envs.tools import (
     CalculatorTool,
     PythonTool,
@@ -31,4 +31,4 @@ register_envs()
 
 __all__ = ["TextEnv", "TextEnvConfig", "UnicodeText", "observation_text", "SearchEnv",
            "SearchEnvConfig", "MathEnv", "MathEnvConfig", "VisionEnv", "VisionEnvConfig", "Tool", "SearchTool", "CalculatorTool",
-           "PythonTool", "load_tool", "load_tools", "available_tools", "ENV_IDS", "register_envs"]
+           "PythonTool", "load_tool", "load_tools", "available_tools", "ENV_IDS", "register_envs", "make_env"]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentsearch.envs.core import TextEnv, TextEnvConfig
-from agentsearch.envs.math_tasks import champ_tasks, synthetic_math
 from agentsearch.envs.rewards import AnswerScore, math_equal
+from agentsearch.envs.tasks.math_tasks import champ_tasks, synthetic_math
+from agentsearch.envs.text_env import TextEnv, TextEnvConfig
 
 __all__ = ["MathEnv", "MathEnvConfig"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import gymnasium
 
-__all__ = ["ENV_IDS", "register_envs"]
+__all__ = ["ENV_IDS", "register_envs", "make_env"]
 
 ENV_IDS = {
     "agentsearch/Search-v0": "agentsearch.envs.search:SearchEnv",
@@ -28,3 +28,11 @@ def register_envs() -> list[str]:
             gymnasium.register(id=env_id, entry_point=entry_point, nondeterministic=False,
                                disable_env_checker=False)
     return list(ENV_IDS)
+
+
+def make_env(env_id: str = "agentsearch/Search-v0", **kwargs):
+    """One env instance of ``env_id`` (registered first), unwrapped: the ``TextEnv`` that
+    ``agentsearch.rollout.rollout`` plays (``gymnasium.make`` keeps Gymnasium's checking
+    wrappers; this is the same env without them). ``kwargs`` as for ``gymnasium.make``."""
+    register_envs()
+    return gymnasium.make(env_id, disable_env_checker=True, **kwargs).unwrapped

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from agentsearch.registry import Registry
+from agentsearch.core.registry import Registry
 
 __all__ = ["AnswerScore", "normalize_answer", "exact_match", "f1_score", "qa_score",
            "math_equal", "step_rewards", "REWARD_KEYS", "register_answer_reward",

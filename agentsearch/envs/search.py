@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentsearch.envs.core import TextEnv, TextEnvConfig
 from agentsearch.envs.rewards import AnswerScore, answer_reward, qa_score
+from agentsearch.envs.text_env import TextEnv, TextEnvConfig
 
-__all__ = ["SearchEnv", "SearchEnvConfig", "SEARCH_R1_PROMPT", "default_retriever"]
+__all__ = ["SearchEnv", "SearchEnvConfig", "SEARCH_R1_PROMPT"]
 
 # Search-R1's instruction (its ``nq_search.py`` "base" template), verbatim.
 SEARCH_R1_PROMPT = (
@@ -59,8 +58,6 @@ class SearchEnvConfig(TextEnvConfig):
 
 
 _TASKS: dict[str, list[dict]] = {}
-_RETRIEVERS: dict[tuple, object] = {}
-_lock = threading.Lock()
 
 
 def _load_rows(path: Path) -> list[dict]:
@@ -70,29 +67,6 @@ def _load_rows(path: Path) -> list[dict]:
 
         _TASKS[key] = load_questions(path)
     return _TASKS[key]
-
-
-def default_retriever(index: str | None = None, world_seed: int = 0,
-                      world_entities: int | None = None):
-    """The shared default retriever: the folder ``index``, or the world's bm25s index (built
-    on first use and cached on disk), behind a ``BatchingRetriever``. One per process."""
-    key = (index, world_seed, world_entities)
-    with _lock:
-        if key not in _RETRIEVERS:
-            from agentsearch import retrievers
-
-            if index is not None and str(index).startswith(("http://", "https://")):
-                _RETRIEVERS[key] = retrievers.load_retriever(index)  # the client micro-batches
-                return _RETRIEVERS[key]
-            if index is not None:
-                base = retrievers.load_retriever(index)
-            else:
-                base = retrievers.world_index(seed=world_seed, kind="bm25s",
-                                              entities=world_entities)
-                if isinstance(base, (str, Path)):
-                    base = retrievers.load_retriever(base)
-            _RETRIEVERS[key] = retrievers.BatchingRetriever(base)
-        return _RETRIEVERS[key]
 
 
 class SearchEnv(TextEnv):

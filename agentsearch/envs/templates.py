@@ -22,9 +22,11 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
+from agentsearch.data.paths import CHAT_TEMPLATE
+
 __all__ = ["ChatFormat", "DEFAULT_TEMPLATE_PATH"]
 
-DEFAULT_TEMPLATE_PATH = Path(__file__).resolve().parent.parent / "data" / "assets" / "chatml_tools.jinja"
+DEFAULT_TEMPLATE_PATH = CHAT_TEMPLATE
 _MARK = "\x00ASSISTANT\x00"
 
 

@@ -8,10 +8,10 @@ from typing import Any
 
 from gymnasium.spaces import Dict
 
-from agentsearch.envs.core import TextEnv, TextEnvConfig, UnicodeText
 from agentsearch.envs.images import DEFAULT_MAX_IMAGE_PIXELS, ImageTuple, open_image
 from agentsearch.envs.rewards import AnswerScore, exact_match, math_equal
-from agentsearch.envs.vision_tasks import KINDS, load_geometry3k, synthetic_vision
+from agentsearch.envs.tasks.vision_tasks import KINDS, load_geometry3k, synthetic_vision
+from agentsearch.envs.text_env import TextEnv, TextEnvConfig, UnicodeText
 
 __all__ = ["VisionEnv", "VisionEnvConfig", "vision_score"]
 

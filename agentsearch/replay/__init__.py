@@ -6,7 +6,7 @@ logprobs are still close to the current policy's (**drift** <= tau), so the impo
 ratio of the replayed tokens stays trustworthy.
 
     from agentsearch.replay import HeadroomDriftBuffer, ReplayGroup
-    from agentsearch.trainer.logprobs import make_score_fn
+    from agentsearch.models.logprobs import make_score_fn
 
     buf = HeadroomDriftBuffer(capacity=512, k_rep=64, tau=1e-2)
     sel = buf.select(make_score_fn(model), step)   # sel.accepted, sel.scanned, sel.stats

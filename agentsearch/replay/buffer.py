@@ -65,7 +65,7 @@ log = logging.getLogger("agentsearch.replay")
 
 ScoreFn = Callable[[list[ReplayGroup]], Sequence[Tensor]]
 """Current-policy logprobs of each group's stored tokens: ``[n, T]`` per group, aligned
-with ``token_ids`` (see ``agentsearch.trainer.logprobs.make_score_fn``)."""
+with ``token_ids`` (see ``agentsearch.models.logprobs.make_score_fn``)."""
 
 ORDERS = ("headroom", "random", "recency")
 STATE_FORMAT = "agentsearch.replay.buffer/1"

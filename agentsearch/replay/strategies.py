@@ -29,7 +29,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from agentsearch.registry import Registry
+from agentsearch.core.registry import Registry
 from agentsearch.replay.buffer import HeadroomDriftBuffer, ScoreFn, Selection
 from agentsearch.replay.groups import ReplayGroup
 

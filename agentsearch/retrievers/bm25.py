@@ -130,9 +130,9 @@ class Bm25sRetriever(SyncRetrieverMixin):
         for i, text in enumerate(docs.contents):
             tokens.append(analyzer(text))
             if progress and (i + 1) % step == 0:
-                progress.update(step)
+                progress.advance(step)
         if progress:
-            progress.update(len(docs) - progress.done)
+            progress.advance(len(docs) - progress.done)
         model = bm25s.BM25(k1=k1, b=b, method="lucene")
         model.index(tokens, show_progress=False)
         model.save(str(out_dir / "bm25s"))

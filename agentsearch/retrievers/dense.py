@@ -90,7 +90,7 @@ class DenseRetriever(SyncRetrieverMixin):
         if vectors_from is not None:
             vecs, cfg = _stored_vectors(Path(vectors_from), docs, encoder)
             if progress:
-                progress.update(len(docs))
+                progress.advance(len(docs))
         else:
             enc = Encoder(encoder, pooling=pooling, query_prefix=query_prefix, device=device,
                           passage_prefix=passage_prefix, max_length=max_length, threads=threads)

@@ -111,5 +111,5 @@ class Encoder:
                 emb = torch.nn.functional.normalize(emb.float(), dim=-1)
                 out[idx] = emb.cpu().numpy()
                 if progress is not None:
-                    progress.update(len(idx))
+                    progress.advance(len(idx))
         return out

@@ -57,7 +57,7 @@ def build_index(corpus_path: str | Path, kind: str, out_dir: str | Path, *,
     at ``out_dir`` is replaced; any other non-empty folder is left alone (error).
     Returns ``out_dir``.
     """
-    from agentsearch.retrievers._progress import Progress
+    from agentsearch.core.progress import Progress
 
     out_dir = Path(out_dir)
     backend = _backend(kind)
@@ -69,7 +69,7 @@ def build_index(corpus_path: str | Path, kind: str, out_dir: str | Path, *,
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        bar = Progress(len(docs), f"{kind:10s}", enabled=progress)
+        bar = Progress(len(docs), f"index {kind}", stream=sys.stderr, enabled=progress)
         extra = backend.build(docs, tmp, progress=bar, **{k: v for k, v in kw.items() if v is not None})
         bar.close()
         docs.save(tmp)
@@ -118,7 +118,7 @@ def world_index(seed: int = 0, kind: str = "bm25s", entities: int | None = None,
     Cached under ``$AGENTSEARCH_CACHE/indexes``; concurrent first uses each build into a
     private folder and the first rename wins, so readers never see a partial index.
     """
-    from agentsearch.cache import cache_dir, publish_dir
+    from agentsearch.core.cache import cache_dir, publish_dir
     from agentsearch.data import world_dir
 
     world = world_dir(seed=seed, entities=entities)

@@ -57,7 +57,7 @@ class LuceneRetriever(SyncRetrieverMixin):
                          for i, c in zip(docs.ids[s:s + 1000], docs.contents[s:s + 1000])]
                 indexer.add_batch_dict(batch)
                 if progress:
-                    progress.update(len(batch))
+                    progress.advance(len(batch))
         finally:
             indexer.close()
         return {"k1": k1, "b": b, "analyzer": "lucene-english-porter"}

@@ -1,6 +1,6 @@
 """Token-in-token-out rollouts and the generation backends behind them.
 
-- ``rollout`` / ``arollout`` (``core``): many episodes at once, one batched generation per
+- ``rollout`` / ``arollout`` (``episodes``): many episodes at once, one batched generation per
   turn, token ids + action masks + generation logprobs out (``Episode``, ``RolloutStats``);
   ``EventLoop`` (``events``): one asyncio loop for all the rollouts of a run.
 - ``RolloutEnv`` (``contract``): what the rollout needs of an env, as a ``Protocol``;
@@ -27,7 +27,7 @@ from agentsearch.rollout.backends import (
     ScriptedBackend,
 )
 from agentsearch.rollout.contract import RolloutEnv, check_rollout_contract
-from agentsearch.rollout.core import Episode, RolloutStats, arollout, rollout
+from agentsearch.rollout.episodes import Episode, RolloutStats, arollout, rollout
 from agentsearch.rollout.events import EventLoop
 
 __all__ = ["rollout", "arollout", "EventLoop", "Episode", "RolloutStats", "SamplingParams", "Generation",

@@ -8,16 +8,15 @@ env's ``check_variants`` (e.g. Math with its calculator and python tools):
 2. the rollout contract (``agentsearch.rollout.contract.check_rollout_contract``): the
    members, observations, rewards and info keys ``rollout`` relies on (``RolloutEnv``),
    on a malformed turn, each tool's simple call, the golden answer and truncation;
-3-7. the env contract checks of ``agentsearch.envs.checker.check_text_env`` (seeded
-   resets, ``options={"task": row}``, a correct answer, a malformed turn, reward
-   components, truncation after ``max_turns``);
+3-7. the env contract checks of ``check_text_env`` (seeded resets, ``options={"task": row}``,
+   a correct answer, a malformed turn, reward components, truncation after ``max_turns``);
 8. a scripted rollout through the real tokenizer (``check_rollout_masks``): the action
    mask is 1 exactly on the policy's tokens, whose text is the policy's text, and the
    0-runs decode to exactly the prompt and the observations; generation logprobs are 0
    where the mask is 0.
 
-It lives here, not in ``agentsearch.envs``, because checks 2 and 8 use a rollout: the rollout
-layer imports envs, never the other way round.
+It is the only env checker, and it lives here, not in ``agentsearch.envs``, because checks 2
+and 8 use a rollout: the rollout layer imports envs, never the other way round.
 
 Each failure says what broke; the exit status is the number of failed ids (0 = all passed).
 """
@@ -27,26 +26,89 @@ from __future__ import annotations
 import traceback
 import warnings
 
-from agentsearch.envs.checker import _answer_action, _check, _probe_action, check_text_env
-from agentsearch.envs.core import observation_text
+from agentsearch.envs.text_env import observation_text
 from agentsearch.rollout.backends import SamplingParams, ScriptedBackend
-from agentsearch.rollout.contract import RolloutContractError, check_rollout_contract
-from agentsearch.rollout.core import rollout
+from agentsearch.rollout.contract import (
+    RolloutContractError,
+    answer_action,
+    check_rollout_contract,
+    probe_action,
+)
+from agentsearch.rollout.episodes import rollout
 
 __all__ = ["check_text_env", "check_rollout_masks", "main"]
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise AssertionError(msg)
+
+
+def check_text_env(env) -> list[str]:
+    """Our contract checks on one env instance; returns the names of the checks passed."""
+    passed = []
+    cfg = env.config
+    o1, i1 = env.reset(seed=7)
+    o2, i2 = env.reset(seed=7)
+    _check(o1 == o2 and i1 == i2, "reset(seed=7) twice gave different prompts/infos: sample "
+                                  "tasks with self.np_random after super().reset(seed=seed)")
+    task = dict(env.tasks[0])
+    obs, info = env.reset(options={"task": task})
+    _check(info["question"] == task["question"], "reset(options={'task': row}) did not use that row")
+    _check(isinstance(info.get("golden_answers"), list), "info['golden_answers'] must be a list")
+    passed.append("reset")
+
+    def step(action):
+        out = env.step(action)
+        _, reward, _, _, inf = out
+        comps = {k: v for k, v in inf.items() if k.startswith("reward/")}
+        _check({"reward/answer", "reward/format"} <= set(comps), f"missing reward components: {comps}")
+        _check(abs(reward - sum(comps.values())) < 1e-9, f"reward {reward} != sum of {comps}")
+        for key in ("answer_correct", "tool", "tool_latency_s", "error"):
+            _check(key in inf, f"step info lacks {key!r}")
+        return out
+
+    env.reset(options={"task": task})
+    for name in env.tools:
+        obs, _, term, trunc, inf = step(probe_action(env, name))
+        _check(obs and not term and not trunc and inf["tool"] == name,
+               f"a well-formed {name} call did not return an observation: {inf}")
+        _check(not inf["tool_error"], f"{name} failed on a simple call: {inf['error']}")
+    passed.append("tool-calls")
+
+    env.reset(options={"task": task})
+    obs, reward, term, trunc, inf = step("<answer unclosed")
+    _check(obs != "" and inf["error"] and inf["malformed"], "a malformed turn must get an error observation")
+    _check(inf["reward/format"] == -cfg.format_penalty and not term,
+           f"a malformed turn must cost format_penalty and continue: {inf}")
+    passed.append("malformed")
+
+    env.reset(options={"task": task})
+    obs, reward, term, trunc, inf = step(answer_action(env, str(task["golden_answers"][0])))
+    _check(term and not trunc and inf["answer_correct"] is True and inf["reward/answer"] == 1.0,
+           f"the golden answer did not score: terminated={term} info={inf}")
+    passed.append("correct-answer")
+
+    env.reset(options={"task": task})
+    for _ in range(cfg.max_turns):
+        obs, reward, term, trunc, inf = step("no action here")
+    _check(trunc and not term and inf["answer_correct"] is False,
+           f"{cfg.max_turns} malformed turns must truncate (not terminate) the episode")
+    passed.append("truncation")
+    return passed
 
 
 def check_rollout_masks(env_factory, tokenizer=None) -> None:
     """Scripted rollout: masks and token text agree with the policy and env text exactly."""
     if tokenizer is None:
-        from agentsearch.models import load_tokenizer
+        from agentsearch.models.text import load_tokenizer
 
         tokenizer = load_tokenizer("tiny")
     env = env_factory()
     task = dict(env.tasks[0])
     env.reset(options={"task": task})
-    turns = [_probe_action(env, n) for n in env.tools] + ["not an action"]
-    turns.append(_answer_action(env, str(task["golden_answers"][0])))
+    turns = [probe_action(env, n) for n in env.tools] + ["not an action"]
+    turns.append(answer_action(env, str(task["golden_answers"][0])))
     policy_texts, env_texts = [], []
 
     def policy(conversation: str) -> str:

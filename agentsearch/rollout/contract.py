@@ -25,15 +25,17 @@ last step) is booked as ``time/reward`` instead of ``time/env``.
 from __future__ import annotations
 
 import inspect
+import json
 import math
 import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from agentsearch.envs.core import TextEnv, run_sync
+from agentsearch.envs.text_env import TextEnv, run_sync
+from agentsearch.envs.tools.protocol import tag_argument
 
-__all__ = ["RolloutEnv", "RolloutContractError", "STEP_INFO_KEYS", "check_rollout_contract",
-           "steps_synchronously"]
+__all__ = ["RolloutEnv", "RolloutContractError", "STEP_INFO_KEYS", "check_rollout_contract", "probe_action",
+           "answer_action", "steps_synchronously"]
 
 Observation = str | dict[str, Any]
 """``str``, or ``{"text": str, "images": list | tuple}`` for a multimodal env."""
@@ -257,19 +259,35 @@ def _default_task(env: Any) -> dict:
     return {"id": "rollout-contract", "question": "What is 6 times 7?", "golden_answers": ["42"]}
 
 
+def probe_action(env, name: str) -> str:
+    """A well-formed call of the env's tool ``name`` in the env's turn format."""
+    tool = env.tools[name]
+    arg = tag_argument(tool)
+    value = {"search": env.task["question"], "calculator": "6 * 7",
+             "python": "print(6 * 7)", "crop": "top-left"}.get(name, "test")
+    if env.config.turn_format == "tags":
+        return f"<think>I should use {name}.</think>\n<{name}> {value} </{name}>"
+    call = json.dumps({"name": name, "arguments": {arg: value}})
+    return f"<tool_call>\n{call}\n</tool_call><|im_end|>"
+
+
+def answer_action(env, answer: str) -> str:
+    """A turn that answers ``answer`` in the env's turn format."""
+    end = "" if env.config.turn_format == "tags" else "<|im_end|>"
+    return f"<think>I know it.</think>\n<answer> {answer} </answer>{end}"
+
+
 def _default_episodes(env: Any, task: dict) -> list[list[str]]:
     cfg = getattr(env, "config", None)
     if not (isinstance(env, TextEnv) and getattr(cfg, "turn_format", None) in ("tags", "json")
             and task.get("golden_answers")):
         return [[_MALFORMED]]
-    from agentsearch.envs.checker import _answer_action, _probe_action
-
     golden = task["golden_answers"]
-    answer = _answer_action(env, str(golden if isinstance(golden, str) else golden[0]))
+    answer = answer_action(env, str(golden if isinstance(golden, str) else golden[0]))
     episodes = [[_MALFORMED, answer], [_MALFORMED]]
     if getattr(env, "tools", None):
         env.reset(options={"task": task})  # the probes read env.task
-        episodes.insert(1, [_probe_action(env, n) for n in env.tools] + [answer])
+        episodes.insert(1, [probe_action(env, n) for n in env.tools] + [answer])
     return episodes
 
 

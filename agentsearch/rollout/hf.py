@@ -77,20 +77,20 @@ class _StopInGenerated(StoppingCriteria):
 class HFBackend:
     """Batched sampling with a transformers causal LM (``model``) and its ``tokenizer``.
 
-    A vision-language model (``agentsearch.vlm``) takes the episodes' images: its
-    ``tokenizer`` must be an ``agentsearch.vlm_text.ImageTextTokenizer``; each prompt's images
+    A vision-language model (``agentsearch.models.vlm``) takes the episodes' images: its
+    ``tokenizer`` must be an ``agentsearch.models.processor.ImageTextTokenizer``; each prompt's images
     (all of its episode's so far, in order) are encoded with it, and the image token is never
-    sampled (it is masked before the logprobs are recorded, as ``vlm_token_logprobs`` does).
+    sampled (it is masked before the logprobs are recorded, as ``token_logprobs`` does for images).
     """
 
     def __init__(self, model, tokenizer, device: Any = None, max_batch: int = 1024):
-        from agentsearch.vlm_text import is_vlm_model
+        from agentsearch.models.processor import is_vlm_model
 
         self.model, self.tokenizer = model, tokenizer
         self.accepts_images = is_vlm_model(model)
         if self.accepts_images and not hasattr(tokenizer, "pixel_values"):
             raise ValueError("a vision-language model needs an ImageTextTokenizer "
-                             "(agentsearch.vlm_text) as its tokenizer")
+                             "(agentsearch.models.processor) as its tokenizer")
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.max_batch = max_batch
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -117,7 +117,11 @@ class HFBackend:
         image tokens its images do not cover is a ValueError, not a silent text prompt."""
         if not self.accepts_images:
             return [], {}
-        from agentsearch.vlm import ImageTokenSuppressor, collate_pixel_values, image_token_id
+        from agentsearch.models.vlm import (
+            ImageTokenSuppressor,
+            collate_pixel_values,
+            image_token_id,
+        )
 
         rows = [self.tokenizer.pixel_values(imgs) if imgs else None for imgs in (images or [None] * len(ids))]
         pixels = collate_pixel_values(ids, rows, self.model)

@@ -125,9 +125,9 @@ def cli_policy(a):
     threads as the config says."""
     from pathlib import Path
 
-    from agentsearch.config import apply_overrides
-    from agentsearch.trainer.config import TrainConfig
+    from agentsearch.core.config import apply_overrides
     from agentsearch.trainer.setup import build_policy
+    from agentsearch.trainer.train_config import TrainConfig
 
     overrides = list(a.overrides)
     if a.run:

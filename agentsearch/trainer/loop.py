@@ -30,7 +30,13 @@ from pathlib import Path
 
 import torch
 
-from agentsearch.config import ConfigError, apply_overrides, dump
+from agentsearch.algorithms.grouping import episodes_to_groups, rescore
+from agentsearch.algorithms.optim import make_optimizer
+from agentsearch.algorithms.update import policy_update, rows_of
+from agentsearch.core.config import ConfigError, apply_overrides, dump
+from agentsearch.core.progress import Progress
+from agentsearch.models.logprobs import make_score_fn, token_logprobs
+from agentsearch.models.lora import adapter_disabled, count_parameters
 from agentsearch.rollout import EventLoop, SamplingParams, rollout
 from agentsearch.trainer.checkpoint import (
     latest_checkpoint,
@@ -38,28 +44,22 @@ from agentsearch.trainer.checkpoint import (
     save_checkpoint,
     save_final,
 )
-from agentsearch.trainer.config import TrainConfig
 from agentsearch.trainer.eval import eval_envs, eval_settings, evaluate
-from agentsearch.trainer.groups import episodes_to_groups, rescore
 from agentsearch.trainer.health import HealthMonitor
-from agentsearch.trainer.logprobs import make_score_fn, token_logprobs
-from agentsearch.trainer.lora import adapter_disabled, count_parameters
-from agentsearch.trainer.metrics import MetricsLogger
-from agentsearch.trainer.progress import Progress
+from agentsearch.trainer.metrics import MetricsLogger, progress_line
 from agentsearch.trainer.setup import (
     TaskSampler,
     build_backend,
     build_envs,
-    build_optimizer,
     build_policy,
     build_replay,
     git_revision,
     preflight,
     seed_everything,
 )
-from agentsearch.trainer.sft import warm_start
 from agentsearch.trainer.timing import PhaseTimer
-from agentsearch.trainer.update import policy_update, rows_of
+from agentsearch.trainer.train_config import TrainConfig
+from agentsearch.warmstart.stages import warm_start
 
 log = logging.getLogger("agentsearch.train")
 __all__ = ["train", "main"]
@@ -82,7 +82,8 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
 
     # --- policy, optimizer, replay, generation engine, environments
     model, tok = build_policy(cfg)
-    optimizer, scheduler = build_optimizer(cfg, model)
+    optimizer, scheduler = make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay,
+                                          warmup_steps=cfg.warmup_steps)
     replay = build_replay(cfg)
     health = HealthMonitor(replay_kind=cfg.replay.kind)  # health/* alarms: a run that learns nothing says so
     n_episodes = cfg.prompts_per_step * cfg.group_size
@@ -109,7 +110,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
     sft_metrics = {}
     if step == 0 and (cfg.sft.steps > 0 or cfg.sft.pretrain_steps > 0):  # warm start, before anything is measured
         t0 = time.perf_counter()
-        sft_metrics = warm_start(cfg, model, tok, envs)
+        sft_metrics = warm_start(cfg, model, tok, envs, make_envs=build_envs)
         sft_metrics["time/sft"] = time.perf_counter() - t0
         log.info("warm start: %s", ", ".join(f"{k.split('/')[-1]} {v:.4g}" for k, v in sft_metrics.items()))
     backend = build_backend(cfg, model, tok)
@@ -118,7 +119,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
                            config=json.loads(json.dumps(cfg.__dict__, default=str)))
     logger.truncate_after(step)
     timer = PhaseTimer(state["train_cumulative"])
-    progress = Progress(cfg.steps, start=step, quiet=quiet)
+    progress = Progress(cfg.steps, "train", start=step, every=5, enabled=not quiet)
     trainable, total = count_parameters(model)
     log.info("model %s: %d/%d trainable parameters; replay=%s", cfg.model, trainable, total, cfg.replay.kind)
 
@@ -135,7 +136,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
     if step == 0:
         last = run_eval()
         logger.log(0, {**last, **sft_metrics, "time/train_cumulative": 0.0})
-        progress.update(0, last)
+        progress.update(0, progress_line(last, last), force=True)
         timer.end_step()
     sampling = SamplingParams(max_new_tokens=cfg.generation.max_new_tokens, temperature=cfg.generation.temperature,
                               top_p=cfg.generation.top_p)
@@ -197,7 +198,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
         metrics.update(timer.end_step())
         logger.log(step, metrics)
         scored["tokens"] = 0.0
-        progress.update(step, metrics)
+        progress.update(step, progress_line(metrics, last), force="eval/mean_at_n" in metrics)
     progress.close()
     save_final(model, tok, run_dir / "final")
     logger.close()

@@ -11,7 +11,7 @@ import json
 import math
 from pathlib import Path
 
-__all__ = ["MetricsLogger", "read_metrics"]
+__all__ = ["MetricsLogger", "read_metrics", "progress_line"]
 
 
 def _clean(v):
@@ -74,3 +74,11 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     if not path.exists():
         raise FileNotFoundError(f"no metrics.jsonl in {run_dir}")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def progress_line(m: dict, last_eval: dict) -> str:
+    """The training progress line of a step's metrics ``m``: reward, success, replay
+    acceptance, step time, and the last eval's dev score."""
+    return (f"reward {m.get('reward/total', 0):+.3f}  correct {m.get('rollout/answer_correct', 0):.2f}  "
+            f"accept {m.get('replay/accept_rate', 0):.2f}  replayed {int(m.get('replay/accepted', 0))}  "
+            f"step {m.get('time/step', 0):.1f}s  eval {last_eval.get('eval/mean_at_n', float('nan')):.3f}")

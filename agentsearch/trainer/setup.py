@@ -1,4 +1,4 @@
-"""Building what the training loop uses: policy, optimizer, generation backend, envs,
+"""Building what the training loop uses: policy, generation backend, envs,
 task sampler, tool-latency profile. Kept out of ``loop.py`` so the loop reads top to bottom.
 """
 
@@ -10,12 +10,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agentsearch.config import ConfigError
-from agentsearch.envs.tools import LatencyTool, preflight
-from agentsearch.trainer.config import TrainConfig
-from agentsearch.trainer.lora import apply_lora
+from agentsearch.core.config import ConfigError
+from agentsearch.envs.tools.latency import LatencyTool
+from agentsearch.envs.tools.retrieval import preflight
+from agentsearch.models.lora import apply_lora
+from agentsearch.trainer.train_config import TrainConfig
 
-__all__ = ["resolve_device", "build_policy", "build_optimizer", "build_backend", "build_envs",
+__all__ = ["resolve_device", "build_policy", "build_backend", "build_envs",
            "build_replay", "TaskSampler", "LatencyTool", "seed_everything", "preflight", "git_revision"]
 
 
@@ -38,15 +39,15 @@ def resolve_device(cfg: TrainConfig) -> tuple[torch.device, torch.dtype]:
 
 def build_policy(cfg: TrainConfig):
     """(model, tokenizer) on the configured device, LoRA-wrapped if enabled."""
-    from agentsearch.models import load_model
-    from agentsearch.vlm_text import ImageTextTokenizer, is_vlm_source
+    from agentsearch.models.processor import ImageTextTokenizer, is_vlm_source
+    from agentsearch.models.text import load_model
 
     device, dtype = resolve_device(cfg)
     source = cfg.init_from or cfg.model
     if cfg.init_from and not Path(cfg.init_from).exists():
         raise ConfigError(f"init_from={cfg.init_from!r} does not exist")
     if is_vlm_source(source):  # a vision-language model: its tokenizer expands <image>
-        from agentsearch.vlm import load_vlm
+        from agentsearch.models.vlm import load_vlm
 
         if cfg.kl_coef > 0:
             raise ConfigError("kl_coef > 0 is not supported with a vision-language model yet")
@@ -56,7 +57,7 @@ def build_policy(cfg: TrainConfig):
     if cfg.init_from:  # a saved tiny model keeps the tiny tokenizer
         tok_dir = Path(cfg.init_from)
         if not (tok_dir / "tokenizer.json").exists():
-            from agentsearch.models import load_tokenizer
+            from agentsearch.models.text import load_tokenizer
 
             tok = load_tokenizer(cfg.model)
     return _finish_policy(cfg, model, tok)
@@ -69,14 +70,6 @@ def _finish_policy(cfg: TrainConfig, model, tok):
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model, tok
-
-
-def build_optimizer(cfg: TrainConfig, model, lr: float | None = None, warmup: int | None = None):
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr or cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99))
-    w = cfg.warmup_steps if warmup is None else warmup
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / w) if w > 0 else 1.0)
-    return opt, sched
 
 
 def build_backend(cfg: TrainConfig, model, tok):

@@ -56,7 +56,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentsearch.analysis.runner import (
+from agentsearch.recipes.runner import (
     run_finished,
     run_parallel,
     subprocess_env,
@@ -121,8 +121,8 @@ def parse_methods(text: str, search_r1: bool) -> list[str]:
 
 def resolve(a) -> tuple[list[Spec], dict]:
     """Every run of the suite (seed-major, so a partial suite has whole seeds) and the budget."""
-    from agentsearch.config import ConfigError, apply_overrides
-    from agentsearch.trainer.config import TrainConfig
+    from agentsearch.core.config import ConfigError, apply_overrides
+    from agentsearch.trainer.train_config import TrainConfig
 
     common = [f"threads={a.threads_per_run}", "tensorboard=false"]
     if a.steps is not None:
@@ -295,8 +295,8 @@ def main() -> int:
     server = None
     try:
         if a.search_r1 and any(s.method == "search_r1_equivalent" and not run_finished(s.run) for s in specs):
-            from agentsearch.config import apply_overrides
-            from agentsearch.trainer.config import TrainConfig
+            from agentsearch.core.config import apply_overrides
+            from agentsearch.trainer.train_config import TrainConfig
 
             world = apply_overrides(TrainConfig, "search-r1-equivalent", a.overrides).env_kwargs.get("world_seed", 0)
             server, url = start_server(out, int(world), a.port or free_port())

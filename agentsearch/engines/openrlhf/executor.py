@@ -36,7 +36,7 @@ from typing import Any
 
 from agentsearch.engines.openrlhf.compat import import_openrlhf
 from agentsearch.rollout.backends import Generation, SamplingParams
-from agentsearch.rollout.core import Episode, arollout
+from agentsearch.rollout.episodes import Episode, arollout
 
 import_openrlhf()
 from openrlhf.utils.agent import AgentExecutorBase  # noqa: E402
@@ -114,7 +114,7 @@ class EngineBackend:
 
 @lru_cache(maxsize=8)
 def _own_tokenizer(path: str):
-    from agentsearch.models import load_tokenizer
+    from agentsearch.models.text import load_tokenizer
 
     return load_tokenizer(path)
 

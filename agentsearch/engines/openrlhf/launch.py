@@ -35,9 +35,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentsearch.config import ConfigError, from_dict, load_preset, parse_overrides, to_dict
-from agentsearch.config import _merge as merge_dicts
-from agentsearch.trainer.config import TrainConfig
+from agentsearch.core.config import ConfigError, from_dict, load_preset, parse_overrides, to_dict
+from agentsearch.core.config import _merge as merge_dicts
+from agentsearch.trainer.train_config import TrainConfig
 
 __all__ = ["OpenRLHFConfig", "load_config", "preflight", "write_prompts", "build_command",
            "parse_openrlhf_args", "launch"]
@@ -138,19 +138,19 @@ def model_path(cfg: OpenRLHFConfig, run: Path, *, write: bool) -> str:
     if Path(source).exists():
         return str(Path(source).resolve())
     if source == "tiny-base":
-        from agentsearch.base_model import BASE_DIR
+        from agentsearch.models.tiny_base import BASE_DIR
 
         return str(BASE_DIR)
     if source == "smollm2":
-        from agentsearch.models import smollm2_path
+        from agentsearch.models.text import smollm2_path
 
         return str(smollm2_path())
-    from agentsearch.models import MODEL_SIZES
+    from agentsearch.models.text import MODEL_SIZES
 
     if source in MODEL_SIZES:  # built from a config: save it where every node can read it
         folder = run / "model"
         if write:
-            from agentsearch.models import load_model
+            from agentsearch.models.text import load_model
 
             model, tok = load_model(source, seed=t.seed)
             model.save_pretrained(folder)

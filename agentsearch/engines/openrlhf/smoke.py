@@ -111,7 +111,7 @@ async def replay_episode(response: dict, tokenizer, max_len: int = 768):
     turns forced (``ForcedBackend``). Returns the ``Episode``."""
     from agentsearch.engines.openrlhf.executor import parse_label
     from agentsearch.rollout.backends import Generation, SamplingParams
-    from agentsearch.rollout.core import arollout
+    from agentsearch.rollout.episodes import arollout
 
     ids = response["observation_tokens"]
     turns = [ids[a:b] for a, b in response["action_ranges"]]
@@ -223,10 +223,10 @@ async def sync_gap(engine, actor, prompts: list[list[int]], *, dtype=torch.float
 
 
 async def _smoke(out: Path, prompts: int, n: int) -> dict:
-    from agentsearch.base_model import BASE_DIR
     from agentsearch.engines.openrlhf.engine import start_engine
     from agentsearch.engines.openrlhf.executor import env_tokenizer
     from agentsearch.envs.search import SearchEnv
+    from agentsearch.models.tiny_base import BASE_DIR
 
     t0 = time.perf_counter()
     tok = env_tokenizer(SimpleNamespace(name_or_path=str(BASE_DIR)))

@@ -1,0 +1,138 @@
+"""One optimizer step on a list of groups (fresh + replayed), with gradient accumulation.
+
+Rows of all groups are flattened, sorted by length (less padding), and cut into
+micro-batches of ``micro_batch_size`` rows. Each micro-batch's loss is normalised by the
+*whole step's* token (or sequence) count (``losses.loss_normalizer``: which one depends on
+the loss and ``agg``), and the KL term by the step's token count, so accumulating the
+micro-batch gradients gives exactly the gradient of the full-batch loss. A non-finite loss
+or gradient skips the optimizer step (weights unchanged), and the skip is logged and
+counted. A step without signal (every row's advantage is 0 and no KL term) is skipped
+before any forward pass: Adam's momentum would otherwise move the weights on nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from agentsearch.algorithms.losses import kl_penalty, loss_normalizer, loss_spec
+from agentsearch.models.logprobs import batch_pixels, token_logprobs
+from agentsearch.replay import ReplayGroup
+
+__all__ = ["Row", "rows_of", "pad_rows", "policy_update"]
+
+
+@dataclass
+class Row:
+    ids: torch.Tensor       # [T] long
+    mask: torch.Tensor      # [T] bool
+    old_lp: torch.Tensor    # [T] float32 (ratio denominator)
+    adv: float
+    replayed: bool
+    pixel_values: torch.Tensor | None = None  # [k, 3, H, W]: the row's images (VLM), or None
+
+
+def rows_of(groups: Sequence[ReplayGroup], replayed: bool = False) -> list[Row]:
+    """Each response of each group as a row, cut after its last policy token."""
+    rows = []
+    for g in groups:
+        for i in range(g.n):
+            m = g.action_mask[i]
+            last = int(m.nonzero().max()) + 1 if m.any() else 0
+            if last == 0:
+                continue  # nothing the policy generated: nothing to train on
+            rows.append(Row(g.token_ids[i, :last].long(), m[:last], g.gen_logprobs[i, :last],
+                            float(g.advantages[i]), replayed,
+                            g.pixel_values[i] if g.pixel_values is not None else None))
+    return rows
+
+
+def pad_rows(rows: Sequence[Row], device) -> dict[str, torch.Tensor]:
+    """Right-padded tensors of a micro-batch: ids/attn/mask/old [B, T], adv [B]."""
+    B, T = len(rows), max(len(r.ids) for r in rows)
+    ids = torch.zeros(B, T, dtype=torch.long)
+    attn = torch.zeros(B, T, dtype=torch.long)
+    mask = torch.zeros(B, T, dtype=torch.bool)
+    old = torch.zeros(B, T, dtype=torch.float32)
+    for b, r in enumerate(rows):
+        n = len(r.ids)
+        ids[b, :n], attn[b, :n], mask[b, :n], old[b, :n] = r.ids, 1, r.mask, r.old_lp
+    adv = torch.tensor([r.adv for r in rows], dtype=torch.float32)
+    return {k: v.to(device) for k, v in dict(ids=ids, attn=attn, mask=mask, old=old, adv=adv).items()}
+
+
+def has_signal(rows: Sequence[Row], kl_on: bool) -> bool:
+    """Whether a step on ``rows`` has a gradient: a nonzero advantage on a row with policy
+    tokens, or a KL term (which pulls toward the reference whatever the advantages)."""
+    return kl_on or any(r.adv != 0.0 and bool(r.mask.any()) for r in rows)
+
+
+def policy_update(model, optimizer, scheduler, rows: Sequence[Row], cfg, *,
+                  ref_logprobs_fn: Callable | None = None) -> dict[str, float]:
+    """Accumulate the policy loss over micro-batches and take one optimizer step.
+
+    ``cfg`` is a ``TrainConfig`` (loss: any name registered with ``losses.register_loss``; clips, aggregation, micro_batch_size, kl, grad_clip).
+    ``ref_logprobs_fn(ids, attn, mask) -> [B, T]`` gives reference logprobs for the KL term.
+    Returns ``train/*`` metrics; ``train/skipped`` is 1 when the step was skipped, and
+    ``train/skipped_no_signal`` is 1 when that was for lack of signal (no rows, or every
+    advantage 0 without a KL term): then neither the optimizer nor the scheduler steps.
+    """
+    spec = loss_spec(cfg.loss)  # the registered loss: its function and normaliser rule
+    device = next(model.parameters()).device
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    kl_on = cfg.kl_coef > 0 and ref_logprobs_fn is not None
+    if not rows:
+        return {"train/skipped": 1.0, "train/empty_batch": 1.0, "train/skipped_no_signal": 1.0}
+    if not has_signal(rows, kl_on):
+        return {"train/skipped": 1.0, "train/skipped_no_signal": 1.0, "train/nonfinite": 0.0,
+                "train/rows": float(len(rows))}
+    rows = sorted(rows, key=lambda r: len(r.ids))
+    n_tokens = float(sum(int(r.mask.sum()) for r in rows))
+    normalizer = loss_normalizer(cfg.loss, cfg.agg, [r.mask for r in rows])
+    sums = {"loss": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "ratio_mean": 0.0, "kl_ref": 0.0}
+    finite = True
+    for s in range(0, len(rows), cfg.micro_batch_size):
+        mb_rows = rows[s:s + cfg.micro_batch_size]
+        mb = pad_rows(mb_rows, device)
+        pixels = batch_pixels(model, mb["ids"], [r.pixel_values for r in mb_rows], device)
+        lp = token_logprobs(model, mb["ids"], mb["attn"], temperature=cfg.generation.temperature,
+                            target_mask=mb["mask"], pixel_values=pixels)  # [B, T]
+        stats = spec.fn(lp, mb["old"], mb["adv"], mb["mask"], clip_low=cfg.clip_low,
+                        clip_high=cfg.clip_high, dual_clip=cfg.dual_clip, agg=cfg.agg,
+                        normalizer=normalizer)
+        loss = stats.loss
+        weight = float(mb["mask"].sum()) / max(n_tokens, 1.0)  # this micro-batch's share of tokens
+        if kl_on:
+            with torch.no_grad():
+                ref = ref_logprobs_fn(mb["ids"], mb["attn"], mb["mask"])
+            kl = kl_penalty(lp, ref, mb["mask"], cfg.kl_kind)
+            loss = loss + cfg.kl_coef * kl * weight
+            sums["kl_ref"] += float(kl.detach()) * weight
+        if not torch.isfinite(loss):
+            finite = False
+            break
+        loss.backward()
+        sums["loss"] += loss.item()
+        for k in ("clip_frac", "approx_kl", "ratio_mean"):
+            sums[k] += float(getattr(stats, k)) * weight
+    params = [p for p in model.parameters() if p.requires_grad]
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)) if finite else math.nan
+    if not finite or not math.isfinite(grad_norm):
+        optimizer.zero_grad(set_to_none=True)
+        return {"train/skipped": 1.0, "train/nonfinite": 1.0, "train/grad_norm": grad_norm,
+                "train/rows": float(len(rows)), "train/skipped_no_signal": 0.0}
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    out = {f"train/{k}": v for k, v in sums.items()}
+    out.update({"train/skipped": 0.0, "train/nonfinite": 0.0, "train/skipped_no_signal": 0.0,
+                "train/grad_norm": grad_norm,
+                "train/rows": float(len(rows)), "train/tokens": n_tokens,
+                "train/replayed_rows": float(sum(r.replayed for r in rows)),
+                "train/lr": optimizer.param_groups[0]["lr"]})
+    return out

@@ -1,0 +1,16 @@
+"""Where the shipped assets live (``agentsearch/data/assets/``): the world tokenizer, the
+ChatML tool-call template, and the shipped base model ``tiny-base``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["ASSETS", "TOKENIZER_DIR", "CHAT_TEMPLATE", "BASE_DIR"]
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+TOKENIZER_DIR = ASSETS / "tokenizer"
+"""The byte-level BPE trained on the synthetic world (``models.train_world_tokenizer``)."""
+CHAT_TEMPLATE = ASSETS / "chatml_tools.jinja"
+"""The ChatML template that renders ``tools=`` (given to tokenizers that lack one)."""
+BASE_DIR = ASSETS / "tiny-base"
+"""The shipped base model (``scripts/build_base.py`` writes it; ``models.load_base`` reads it)."""

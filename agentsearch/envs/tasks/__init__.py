@@ -1,0 +1,1 @@
+"""Task generators: seeded math word problems (and CHAMP), seeded pictures (and Geometry3K)."""

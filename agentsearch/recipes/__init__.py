@@ -1,0 +1,1 @@
+"""Recipes: what the CLI and scripts/ run (the demo, diagnose, the base build, experiment runners)."""

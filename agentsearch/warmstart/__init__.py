@@ -1,0 +1,1 @@
+"""The warm start: scripted oracle populations (search, vision) and the one SFT loop."""
