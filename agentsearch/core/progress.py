@@ -38,9 +38,9 @@ class Progress:
         eta = f", ~{left:.0f} s left" if left == left else ""
         return f"[{self.desc}] {self.done}/{self.total} ({el:.0f} s{eta})" + (f"  {info}" if info else "")
 
-    def update(self, done: int | None = None, info: str = "", *, force: bool = False) -> None:
-        """Set the units done (default: one more) and show ``info`` with them."""
-        self.done = self.done + 1 if done is None else done
+    def update(self, done: int, info: str = "", *, force: bool = False) -> None:
+        """Set the units done and show ``info`` with them (``force``: a plain line now)."""
+        self.done = done
         if not self.enabled:
             return
         if self.tty:

@@ -33,21 +33,19 @@ _LOGIT_POSTPROCESS = ("final_logit_softcapping", "logit_scale", "logits_scaling"
                       "output_multiplier_scale")
 
 
-def _is_llava(model: nn.Module) -> bool:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return getattr(getattr(base, "config", None), "model_type", None) == "llava"
-
-
-def _body_and_head(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
-    """(body, lm head) of an HF causal LM or a LLaVA, unwrapping peft; None if unknown (then
-    the model's own forward runs)."""
+def _body_and_head(model: nn.Module, images: bool) -> tuple[nn.Module, nn.Module] | None:
+    """(body, lm head) of an HF causal LM or a LLaVA, unwrapping peft; None where the model's
+    own forward must run: unknown layouts, logits post-processed after the head, and VLMs other
+    than LLaVA when images are scored (their forward computes e.g. multimodal rotary positions)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     cfg = getattr(base, "config", None)
     if cfg is not None and any(getattr(cfg, k, None) not in (None, 1, 1.0)
                                for k in _LOGIT_POSTPROCESS):
         return None
-    if _is_llava(base):  # the LlavaModel body encodes the images
+    if getattr(cfg, "model_type", None) == "llava":  # the LlavaModel body encodes the images
         return base.model, base.get_output_embeddings()
+    if images:
+        return None
     try:
         head = base.get_output_embeddings()
         body = base.get_decoder() if hasattr(base, "get_decoder") else base.model
@@ -119,10 +117,9 @@ def token_logprobs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor |
         valid = valid & target_mask[:, 1:].to(valid.device).bool()
     targets = input_ids[:, 1:][valid]                                 # [N]
 
-    # other VLMs than LLaVA run their own forward: it computes their (e.g. multimodal rotary) positions
-    parts = _body_and_head(model) if image_id is None or _is_llava(model) else None
+    parts = _body_and_head(model, images=image_id is not None)
     if parts is None and image_id is not None:
-        position_ids = None
+        position_ids = None  # a VLM's own forward computes its positions
     if parts is not None:
         body, head = parts
         out = body(input_ids=input_ids, attention_mask=attn, position_ids=position_ids,

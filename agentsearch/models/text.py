@@ -63,8 +63,6 @@ def load_tokenizer(name_or_path: str = "tiny"):
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     if name_or_path == "tiny-base":
-        from agentsearch.models.tiny_base import BASE_DIR
-
         name_or_path = str(BASE_DIR)
     elif name_or_path in MODEL_SIZES or name_or_path == "world":
         if not (TOKENIZER_DIR / "tokenizer.json").exists():

@@ -132,7 +132,7 @@ class Bm25sRetriever(SyncRetrieverMixin):
             if progress and (i + 1) % step == 0:
                 progress.advance(step)
         if progress:
-            progress.advance(len(docs) - progress.done)
+            progress.update(len(docs))
         model = bm25s.BM25(k1=k1, b=b, method="lucene")
         model.index(tokens, show_progress=False)
         model.save(str(out_dir / "bm25s"))

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from agentsearch.core.config import ConfigError
+from agentsearch.envs.registration import make_env
 from agentsearch.envs.tools.latency import LatencyTool
 from agentsearch.envs.tools.retrieval import preflight
 from agentsearch.models.lora import apply_lora
@@ -97,8 +98,6 @@ def build_envs(cfg: TrainConfig, count: int, split: str = "train", questions: st
     ``questions`` replaces the env's task file (held-out evaluation sets)."""
     import gymnasium
 
-    import agentsearch.envs  # noqa: F401 - registers the ids
-
     kwargs = dict(cfg.env_kwargs)
     kwargs["split"] = split
     if questions is not None:
@@ -107,7 +106,7 @@ def build_envs(cfg: TrainConfig, count: int, split: str = "train", questions: st
     envs = []
     for i in range(count):
         try:
-            env = gymnasium.make(cfg.env, disable_env_checker=True, **kwargs).unwrapped
+            env = make_env(cfg.env, **kwargs)
         except gymnasium.error.Error as e:
             raise ConfigError(f"env {cfg.env!r}: {e}") from None
         except TypeError as e:

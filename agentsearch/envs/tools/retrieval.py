@@ -84,8 +84,6 @@ class SearchTool:
             await aclose()
 
 
-
-
 def preflight(env, loop=None) -> None:
     """Call the env's search tool once before training, so a dead retriever (server down,
     bad index) is a clear error at start, not a run of error observations and zero rewards.
