@@ -29,7 +29,7 @@ demo: $(STAMP_BASE)
 # lint-imports: the layer and no-cycle contracts in pyproject.toml ([tool.importlinter])
 test: $(STAMP_TEST)
 	$(VENV)/bin/lint-imports --no-logo --no-cache
-	$(PY) -m pytest
+	AGENTSEARCH_REQUIRE_EXTRAS=1 $(PY) -m pytest
 
 install: $(STAMP_BASE)
 install-test: $(STAMP_TEST)

@@ -180,7 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "a folder: the same named pareto*; X.json: the JSON summary only")
     s.add_argument("--label-by", default="auto",
                    help="how runs group into methods: auto (from config.yaml: replay.kind, loss, "
-                        "prompts_per_step, dynamic_sampling), dir (folder name without -sN), or "
+                        "prompts_per_step, dynamic_sampling; configs that differ in anything but "
+                        "the seed get the differing keys appended, hdr[lr=0.001]), dir (folder "
+                        "name without -sN), or "
                         "comma-separated config keys (replay.kind,replay.tau)")
     s.add_argument("--target-method", default=None,
                    help="the baseline whose final score is the target (default on_policy_larger, "

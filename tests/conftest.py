@@ -18,9 +18,12 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("AGENTSEARCH_CACHE", str(Path(__file__).resolve().parent.parent / ".cache" / "test"))
 
 import pytest  # noqa: E402
+import required_extras  # noqa: E402
 
 
 def pytest_configure(config):
+    # AGENTSEARCH_REQUIRE_EXTRAS=1 (make test): a skip for a missing extra fails the run
+    required_extras.pytest_configure(config)
     try:
         import torch
 

@@ -81,3 +81,17 @@ def test_public_api_is_lazy_and_works():
 
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         agentsearch.nope  # noqa: B018
+
+
+def test_declared_python_floor_is_the_one_the_code_needs():
+    """``rollout/events.py`` runs the rollouts' event loop with ``asyncio.Runner``, new in
+    Python 3.11: the floor declared to installers (``requires-python``) and to the linter
+    (ruff's ``target-version``) is 3.11, and the interpreter running the tests meets it."""
+    import asyncio
+    import tomllib
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert meta["project"]["requires-python"] == ">=3.11"
+    assert meta["tool"]["ruff"]["target-version"] == "py311"
+    assert "asyncio.Runner(" in (PKG / "rollout" / "events.py").read_text()  # what needs 3.11
+    assert sys.version_info >= (3, 11) and hasattr(asyncio, "Runner")

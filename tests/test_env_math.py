@@ -84,3 +84,57 @@ def test_wrong_and_malformed_math_answers():
     env.reset(options={"task": task})
     _, r, term, _, info = env.step("\\boxed{0.7}")
     assert term and info["answer_correct"] is False and r == 0.0
+
+
+SLOW = "9^{9^{9^{9}}}"
+"""An answer sympy cannot finish evaluating (a power tower). Unbounded, it ran for minutes
+inside one C call holding the GIL, freezing every thread of the process (before the fix this
+test's own ``join`` timeout never got to run)."""
+
+
+def test_grading_is_bounded_in_sync_code_and_in_an_event_loop(monkeypatch):
+    """math-verify's own timeout (``signal.alarm``) works on the main thread only; an engine's
+    event loop (OpenRLHF's rollout actor) runs elsewhere. Grading must return either way."""
+    import asyncio
+    import threading
+    import time
+
+    from agentsearch.envs import rewards
+
+    monkeypatch.setattr(rewards, "GRADING_TIMEOUT_S", 1.0)
+    assert math_equal("x + 1", ["1 + x"])  # also starts the grader: not counted below
+    t0 = time.perf_counter()
+    assert math_equal(SLOW, ["1"]) is False
+    assert time.perf_counter() - t0 < 5.0  # generous: the limit is 1 s
+    env = MathEnv(max_turns=2)
+
+    async def answer():  # an episode's answer, graded inside a running loop on another thread
+        env.reset(options={"task": {"id": "s", "question": "?", "golden_answers": ["1"]}})
+        return await env.astep(f"<answer>{SLOW}</answer>")
+
+    assert math_equal("x + 2", ["2 + x"])  # the grader replaced after the timeout is ready
+    out: list = []
+    worker = threading.Thread(target=lambda: out.append(asyncio.run(answer())), daemon=True)
+    t0 = time.perf_counter()
+    worker.start()
+    worker.join(30)
+    assert out, f"grading {SLOW!r} off the main thread did not return in 30 s"
+    assert time.perf_counter() - t0 < 5.0
+    _, r, term, _, info = out[0]
+    assert term and info["answer_correct"] is False and r == 0.0
+    assert info["metric/grading_timeout"] == 1.0
+    # after a timeout the grader works again, and a normal answer records no timeout
+    env.reset(options={"task": {"id": "p", "question": "?", "golden_answers": ["2^{2n}"]}})
+    _, r, _, _, info = env.step("<answer>4^n</answer>")
+    assert info["answer_correct"] and info["metric/grading_timeout"] == 0.0
+
+
+def test_grading_fast_paths_do_not_need_the_grader(monkeypatch):
+    from agentsearch.envs import rewards
+
+    def no_grader():
+        raise AssertionError("the checker process was asked")
+
+    monkeypatch.setattr(rewards, "_get_grader", no_grader)
+    assert math_equal("42", ["42"]) and math_equal("0.5", ["1/2"]) and math_equal("-007", ["-7"])
+    assert not math_equal("41", ["42", "43"]) and not math_equal("9" * 1000, ["1"])

@@ -104,7 +104,8 @@ def test_unknown_architecture_falls_back_to_forward(model):
 
 
 def test_peft_lora_model(model):
-    peft = pytest.importorskip("peft")
+    import peft  # a base dependency: never skipped
+
     from agentsearch.models import load_model
 
     base, _ = load_model("tiny-s", seed=0)

@@ -26,20 +26,22 @@ ENV_KWARGS = {"turn_format": "tags", "topk": 2, "chat_template": "none",
 
 
 @pytest.fixture(scope="module")
-def rig():
+def rig(tmp_path_factory):
     """(event loop, engine, tokenizer, tasks): one engine for the module."""
     from types import SimpleNamespace
 
     from agentsearch.engines.openrlhf.engine import start_engine
     from agentsearch.engines.openrlhf.executor import env_tokenizer
+    from agentsearch.engines.openrlhf.smoke import bf16_base
     from agentsearch.envs.search import SearchEnv
 
     torch.set_num_threads(1)
     runner = asyncio.Runner()
-    engine = runner.run(start_engine(BASE_DIR, max_model_len=1024, seed=3))
+    base = bf16_base(BASE_DIR, tmp_path_factory.mktemp("base-bf16"))
+    engine = runner.run(start_engine(base, max_model_len=1024, seed=3, lora_rank=8))
     tok = env_tokenizer(SimpleNamespace(name_or_path=str(BASE_DIR)))
     tasks = SearchEnv(**ENV_KWARGS).tasks
-    yield SimpleNamespace(run=runner.run, engine=engine, tok=tok, tasks=tasks)
+    yield SimpleNamespace(run=runner.run, engine=engine, tok=tok, tasks=tasks, base=base)
     engine.llm.shutdown()
     runner.close()
     import ray
@@ -87,16 +89,19 @@ def test_hdr_experience_maker_on_real_experiences(rig, tmp_path):
         to_experiences,
     )
 
-    batch, n = 6, 4
-    args = openrlhf_args(BASE_DIR, batch=batch, n=n)
+    fresh_prompts, k_rep, n = 6, 2, 4
+    args = openrlhf_args(BASE_DIR, batch=fresh_prompts + k_rep, n=n)   # rollout.batch_size = slots
     actor = fp32_actor(BASE_DIR)
-    maker = make_hdr_maker(actor, rig.tok, args, k_rep=2, tau=math.inf, capacity=16)
-    rows0 = to_experiences(_play(rig, rig.tasks[:batch], n))
-    exps0 = maker.make_experience_batch(rows0)                 # step 0: fresh only, then ingress
-    assert sum(len(e.index) for e in exps0) == batch * n
+    maker = make_hdr_maker(actor, rig.tok, args, k_rep=k_rep, tau=math.inf, capacity=16)
+    rows0 = to_experiences(_play(rig, rig.tasks[:fresh_prompts], n))
+    exps0 = maker.make_experience_batch(rows0)                 # step 0: empty buffer, two padded slots
+    assert sum(len(e.index) for e in exps0) == (fresh_prompts + k_rep) * n
+    pads = [e for e in exps0 if min(e.index) >= fresh_prompts * n]
+    assert pads and all(not e.action_mask.any() and not e.advantages.any() for e in pads)
+    assert maker.metrics["replay/padding_rows"] == k_rep * n and maker.n_fresh == fresh_prompts * n
     assert len(maker.replay) > 0, "no mixed-outcome group at step 0"
-    k = maker.scan()                                           # step 1: scan before generating
-    assert 1 <= k <= 2 and maker.metrics["replay/accepted"] == k
+    k = maker.scan()                                           # step 1 (make_experience_batch would scan)
+    assert 1 <= k <= k_rep and maker.metrics["replay/accepted"] == k
     assert "time/replay_scan" in maker.metrics
     groups = {g.prompt_id: g for g in maker.replay.groups}
     # the scan's scores come from the actor's own forward: recompute one group independently
@@ -108,11 +113,13 @@ def test_hdr_experience_maker_on_real_experiences(rig, tmp_path):
         assert torch.allclose(lp[j, 1:1 + direct.numel()], direct, atol=1e-6)
     stored = [r.action_log_probs.clone() for key in maker.pending for r in maker.rows[key]]
     stored_adv = torch.cat([groups[key].advantages for key in maker.pending])
-    fresh = to_experiences(_play(rig, rig.tasks[batch:2 * batch - k], n))
+    # the fresh count does not depend on k: prompts_per_step fresh prompts, as the local loop
+    fresh = to_experiences(_play(rig, rig.tasks[fresh_prompts:2 * fresh_prompts], n))
     exps = maker.make_experience_batch(fresh)
-    # the mixed batch went through OpenRLHF's batching and advantage code: batch * n rows
-    assert sum(len(e.index) for e in exps) == batch * n
+    # fresh + replayed + padding = the step's slots, through OpenRLHF's batching and advantages
+    assert sum(len(e.index) for e in exps) == (fresh_prompts + k_rep) * n
     assert all(e.advantages is not None and e.returns is not None for e in exps)
+    assert maker.metrics["replay/padding_rows"] == (k_rep - k) * n
     # replayed rows keep their stored generation-time logprobs, exactly
     assert max(replayed_logprob_diffs(exps, len(fresh), stored)) == 0.0
     # ... and OpenRLHF's group advantages recomputed from their raw rewards equal the stored ones
@@ -126,13 +133,14 @@ def test_hdr_experience_maker_on_real_experiences(rig, tmp_path):
     assert maker.metrics["replay/rows"] == k * n
     # a checkpoint round trip keeps the buffer and its rows
     torch.save(maker.state_dict(), tmp_path / "replay.pt")
-    again = make_hdr_maker(actor, rig.tok, args, k_rep=2, tau=math.inf, capacity=16)
+    again = make_hdr_maker(actor, rig.tok, args, k_rep=k_rep, tau=math.inf, capacity=16)
     again.load_state_dict(torch.load(tmp_path / "replay.pt", weights_only=False))
     assert [g.prompt_id for g in again.replay.groups] == [g.prompt_id for g in maker.replay.groups]
     assert again.step == maker.step == 2 and set(again.rows) == set(maker.rows)
 
 
-def test_hdr_gate_that_rejects_replays_nothing(rig):
+def test_hdr_gate_accepts_some_groups_and_rejects_others(rig):
+    """A mix: groups whose policy did not move pass the drift gate, moved ones do not."""
     from agentsearch.engines.openrlhf.smoke import (
         fp32_actor,
         make_hdr_maker,
@@ -140,43 +148,66 @@ def test_hdr_gate_that_rejects_replays_nothing(rig):
         to_experiences,
     )
 
-    args = openrlhf_args(BASE_DIR, batch=4, n=4)
+    args = openrlhf_args(BASE_DIR, batch=10 + 8, n=4)
     actor = fp32_actor(BASE_DIR)
-    maker = make_hdr_maker(actor, rig.tok, args, k_rep=2, tau=0.0)
-    maker.make_experience_batch(to_experiences(_play(rig, rig.tasks[:4], 4)))
-    with torch.no_grad():  # move the policy: every stored group now drifts above tau = 0
-        for p in actor.model.parameters():
-            p.add_(1e-3 * torch.randn_like(p))
-    assert len(maker.replay) > 0 and maker.scan() == 0
-    assert maker.metrics["replay/scan_depth"] == len(maker.replay)
+    maker = make_hdr_maker(actor, rig.tok, args, k_rep=8, tau=1e-3, capacity=32)
+    maker.make_experience_batch(to_experiences(_play(rig, rig.tasks[10:20], 4)))
+    stored = len(maker.replay)
+    assert stored >= 2, "the test needs two stored groups"
+    # rewrite half the stored groups' behaviour logprobs: their drift is now far above tau
+    moved = [g.prompt_id for g in maker.replay.groups][: stored // 2]
+    for g in maker.replay.groups:
+        if g.prompt_id in moved:
+            g.gen_logprobs = g.gen_logprobs - 0.5 * g.action_mask
+    k = maker.scan()
+    assert k == stored - len(moved) and not set(maker.pending) & set(moved)
+    assert maker.metrics["replay/scan_depth"] == stored
 
 
-def test_lora_sync_engine_logprobs_equal_the_lora_actor(rig):
+def test_hdr_scan_on_eight_data_ranks_with_one_group(rig):
+    """OpenRLHF's dispatch refuses fewer micro-batches than ranks ("Insufficient batch size"):
+    a one-group scan chunk on 8 actors (group size 5 < 8) used to crash the step."""
+    from agentsearch.engines.openrlhf.smoke import (
+        fp32_actor,
+        make_hdr_maker,
+        openrlhf_args,
+        to_experiences,
+    )
+
+    # 10 rollout micro-batches of one row: enough for 8 ranks when making experience
+    args = openrlhf_args(BASE_DIR, batch=2 + 1, n=5, extra=["--rollout.micro_batch_size", "1"])
+    actor = fp32_actor(BASE_DIR)
+    maker = make_hdr_maker(actor, rig.tok, args, k_rep=1, tau=math.inf, capacity=8, actors=8)
+    rows = to_experiences(_play(rig, rig.tasks[:2], 5))
+    group = maker.actor_model_group
+    with pytest.raises(ValueError, match="Insufficient batch size"):  # OpenRLHF's own check is live
+        group.async_run_method_batch("forward", sequences=[rows[0].sequences], action_mask=[rows[0].action_mask],
+                                     attention_mask=[rows[0].attention_mask])
+    maker.make_experience_batch(rows)
+    assert len(maker.replay) > 0, "no mixed-outcome group stored"
+    g = maker.replay.groups[0]
+    group.calls.clear()
+    (lp,) = maker.score_fn([g])                                  # 5 rows over 8 ranks
+    assert len(group.calls) == 8
+    for j, row in enumerate(maker.rows[g.prompt_id]):
+        direct = actor(row.sequences, row.action_mask, row.attention_mask)[0]
+        assert torch.allclose(lp[j, 1:1 + direct.numel()], direct, atol=1e-6)
+
+
+def test_lora_sync_small_bf16_update_reaches_the_engine(rig):
+    """A small update (|B| ~ 1e-4) on a bf16 base: a bf16 merge rounds most of it away; the
+    adapter sync serves exactly the learner's policy."""
     from agentsearch.engines.openrlhf.smoke import fp32_actor, lora_actor, sync_gap
 
-    lora = lora_actor(BASE_DIR)
     prompts = [rig.tok(t["question"])["input_ids"] for t in rig.tasks[:3]]
-    assert rig.run(sync_gap(rig.engine, lora, prompts)) <= 1e-4
-    # the sync did something: the plain base model is now far from the engine
-    before = fp32_actor(BASE_DIR)
-    gap_base = rig.run(_gap_without_sync(rig.engine, before, prompts))
-    assert gap_base > 1e-2
-    assert rig.run(sync_gap(rig.engine, before, prompts)) <= 1e-4  # leave the base in place
-
-
-async def _gap_without_sync(engine, actor, prompts):
-    from agentsearch.engines.openrlhf import smoke
-
-    real = engine.llm.collective_rpc
-
-    async def skip(*a, **k):
-        return None
-
-    engine.llm.collective_rpc = skip
-    try:
-        return await smoke.sync_gap(engine, actor, prompts)
-    finally:
-        engine.llm.collective_rpc = real
+    lora = lora_actor(rig.base, scale=1e-4)
+    before = rig.run(sync_gap(rig.engine, lora, prompts, sync=False))
+    after = rig.run(sync_gap(rig.engine, lora, prompts))
+    assert after <= 1e-4 < before
+    # a second sync replaces the adapter (a new LoRA id): the base's own update is a zero adapter
+    base = lora_actor(rig.base, scale=0.0)
+    assert rig.run(sync_gap(rig.engine, base, prompts)) <= 1e-4
+    assert rig.run(sync_gap(rig.engine, fp32_actor(rig.base), prompts, sync=False)) <= 1e-4
 
 
 def test_executor_refuses_bad_labels_and_unknown_envs(rig):
@@ -202,5 +233,5 @@ def test_smoke_command_prints_one_json_line(tmp_path, capsys):
     line = capsys.readouterr().out.strip().splitlines()[-1]
     result = json.loads(line)
     assert rc == 0 and result["mask_mismatches"] == 0 and result["episodes"] == 24
-    assert result["env_tokens_masked"] > 0 and result["sync_logprob_gap"] <= 1e-4
+    assert result["env_tokens_masked"] > 0 and result["sync_logprob_gap"] <= 1e-4 < result["sync_logprob_gap_before"]
     assert (tmp_path / "smoke.json").exists()

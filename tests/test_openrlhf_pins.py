@@ -95,17 +95,22 @@ def test_dry_run_prints_a_command_openrlhfs_parser_accepts(tmp_path, capsys):
     assert cmd[1:4] == ["-m", "agentsearch.engines.openrlhf.entry", "--agentsearch-config"]
     args = parse_openrlhf_args(cmd[5:])
     assert args.train.agent_func_path == AGENT_FUNC_PATH
+    # 8 fresh prompts + k_rep = 4 replay slots per step, one optimizer step on all slots
     assert args.rollout.batch_size == 8 + 4 and args.rollout.n_samples_per_prompt == 8
     assert args.train.batch_size == 12 * 8 and args.algo.advantage.estimator == "group_norm"
     assert args.ds.lora.rank == 8 and args.actor.eps_clip_low_high == [0.2, 0.28]
+    assert args.ckpt.load_enable  # resume is on by default
     run = tmp_path / "run"
     settings = json.loads((run / "agentsearch.json").read_text())
-    assert settings["replay"]["kind"] == "hdr" and settings["replay"]["k_rep"] == 4 and settings["lora"]
+    assert settings["replay"]["kind"] == "hdr" and settings["replay"]["k_rep"] == 4
+    assert settings["lora_rank"] == 8 and settings["fresh_per_step"] == 8
+    # steps x prompts_per_step prompts: an HDR run is `steps` long, like the on-policy one
     lines = (run / "train.jsonl").read_text().splitlines()
-    assert len(lines) == 2 * 12
+    assert len(lines) == 2 * 8 and args.data.max_samples == 16
     spec = parse_label(json.loads(lines[0])["label"])
     assert spec["env"] == "agentsearch/Search-v0" and spec["max_turns"] == 4 and spec["task"]["question"]
     assert len((run / "eval.jsonl").read_text().splitlines()) == 20
+    assert (run / "config.yaml").exists()  # what `agentsearch pareto` labels the run by
 
 
 def test_on_policy_launch_has_no_replay_and_fresh_batch(tmp_path):
@@ -113,8 +118,90 @@ def test_on_policy_launch_has_no_replay_and_fresh_batch(tmp_path):
 
     cfg = _launch_cfg(tmp_path, "train.replay.kind=none")
     assert settings(cfg)["replay"] is None
-    cmd = build_command(cfg, write=False)
-    assert parse_openrlhf_args(cmd[5:]).rollout.batch_size == 8
+    args = parse_openrlhf_args(build_command(cfg, write=False)[5:])
+    assert args.rollout.batch_size == 8 and args.train.batch_size == 8 * 8 and args.data.max_samples == 16
+
+
+def test_every_shipped_openrlhf_preset_dry_runs(tmp_path, world_path, capsys):
+    """The paper preset inherits kl_coef 0.001 with replay on: it used to exit 2."""
+    from agentsearch.core.config import PRESET_DIRS
+    from agentsearch.engines.openrlhf.launch import launch, load_config
+    from agentsearch.retrievers import load_retriever, serve_in_thread, world_index
+
+    presets = sorted(p.stem for d in PRESET_DIRS for p in d.glob("openrlhf-*.yaml"))
+    assert {"openrlhf-tiny", "openrlhf-search-r1"} <= set(presets)
+    with serve_in_thread(load_retriever(world_index(seed=0, kind="bm25s"))) as url:
+        for name in presets:
+            cfg = load_config(name, [f"out={tmp_path / name}", "eval_questions=5",
+                                     f"train.env_kwargs.index={url}",
+                                     f"train.env_kwargs.questions={world_path / 'train.jsonl'}",
+                                     f"train.eval.questions={world_path / 'dev.jsonl'}"])
+            assert launch(cfg, dry_run=True) == 0, name
+    out = capsys.readouterr().out
+    assert out.count("agentsearch.engines.openrlhf.entry") == len(presets)
+
+
+def test_parsed_arguments_match_the_local_algorithm_field_by_field(tmp_path):
+    import math
+
+    from agentsearch.engines.openrlhf.launch import (
+        build_command,
+        local_adam_betas,
+        parse_openrlhf_args,
+    )
+
+    cfg = _launch_cfg(tmp_path, "micro_batch_size=null", "train.lr=2e-5",
+                      "train.weight_decay=0.01", "train.warmup_steps=3", "train.steps=30", "train.grad_clip=0.5",
+                      "train.clip_low=0.1", "train.clip_high=0.3", "train.dual_clip=3.0",
+                      "train.agg=sequence", "train.kl_coef=0", "train.advantage_scale=none", "train.seed=7",
+                      "train.micro_batch_size=4", "train.checkpoint_every=5", "train.group_size=4")
+    a = parse_openrlhf_args(build_command(cfg, write=False)[5:])
+    t = cfg.train
+    assert (a.actor.adam.lr, a.actor.adam.weight_decay, a.actor.max_norm) == (t.lr, t.weight_decay, t.grad_clip)
+    assert tuple(a.actor.adam.betas) == local_adam_betas() == (0.9, 0.99)
+    assert a.actor.lr_scheduler == "constant_with_warmup"
+    assert math.ceil(t.steps * a.actor.lr_warmup_ratio) == t.warmup_steps  # OpenRLHF's warmup count
+    assert a.actor.eps_clip_low_high == [0.1, 0.3] and a.actor.dual_clip == 3.0
+    assert a.actor.policy_loss_type == "ppo" and a.actor.loss_agg_mode == "seq-mean-token-mean"
+    assert a.algo.advantage.estimator == "dr_grpo" and a.train.seed == 7 and a.rollout.n_samples_per_prompt == 4
+    assert a.train.micro_batch_size == 4 and a.ckpt.save_steps == 5 and not a.algo.kl.use_loss
+    assert a.algo.advantage.is_correction_level == "token" and a.algo.advantage.is_correction_mode == "clip"
+    kl = parse_openrlhf_args(build_command(_launch_cfg(tmp_path, "train.kl_coef=0.01", "train.kl_kind=k2"),
+                                           write=False)[5:])
+    assert kl.algo.kl.use_loss and kl.algo.kl.init_coef == 0.01 and kl.algo.kl.estimator == "k2"
+    gspo = parse_openrlhf_args(build_command(_launch_cfg(tmp_path, "train.loss=gspo", "train.clip_low=3e-4",
+                                                         "train.clip_high=4e-4"), write=False)[5:])
+    assert gspo.actor.policy_loss_type == "gspo" and gspo.actor.eps_clip_low_high == [3e-4, 4e-4]
+
+
+def test_every_train_field_is_mapped_or_refused_and_documented():
+    from pathlib import Path
+
+    from agentsearch.engines.openrlhf.mapping import FIELDS, leaf_fields, table
+    from agentsearch.trainer.train_config import TrainConfig
+
+    fields = leaf_fields(TrainConfig)
+    missing = [f for f in fields if f not in FIELDS and not (f.startswith("sft.") and "sft.*" in FIELDS)]
+    assert not missing, f"TrainConfig fields the OpenRLHF launch says nothing about: {missing}"
+    assert not [k for k in FIELDS if k != "sft.*" and k not in fields], "stale entries in mapping.FIELDS"
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "openrlhf.md").read_text()
+    assert table() in doc, "docs/openrlhf.md's field table is not mapping.table() (paste it)"
+
+
+@pytest.mark.parametrize("override, words", [
+    ("train.dynamic_sampling=true", "resamples prompts"),
+    ("train.overlong_buffer=8", "max_response_tokens"),
+    ("train.sft.steps=10", "init_from"),
+    ("train.loss=cispo", "gspo"),
+    ("train.clip_low=null", "no lower clip"),
+    ("train.tool_latency.kind=fixed", "local trainer only"),
+    ("train.env=agentsearch/Vision-v0", "Vision-v0"),
+])
+def test_settings_openrlhf_would_run_differently_are_refused(tmp_path, override, words):
+    from agentsearch.engines.openrlhf.launch import preflight
+
+    with pytest.raises(ConfigError, match=words):
+        preflight(_launch_cfg(tmp_path, override))
 
 
 def test_bad_input_is_refused_before_ray_starts(tmp_path, monkeypatch):
@@ -131,8 +218,6 @@ def test_bad_input_is_refused_before_ray_starts(tmp_path, monkeypatch):
         launch(_launch_cfg(tmp_path, "train.env=agentsearch/Nope-v0"), dry_run=True)
     with pytest.raises(ConfigError, match="does not answer"):
         launch(_launch_cfg(tmp_path, "train.env_kwargs.index=http://127.0.0.1:9"), dry_run=True)
-    with pytest.raises(ConfigError, match="kl_coef=0"):
-        launch(_launch_cfg(tmp_path, "train.kl_coef=0.01"), dry_run=True)
     with pytest.raises(ConfigError, match="parser refused"):
         parse_openrlhf_args(["--no.such.option", "1"])
     with pytest.raises(ConfigError, match="OpenRLHF refused"):  # one of OpenRLHF's own checks
@@ -148,44 +233,46 @@ def test_cli_reports_bad_input_with_exit_code_2(tmp_path, capsys):
     assert rc == 2 and "not a registered env" in capsys.readouterr().err
 
 
-def test_entry_swaps_in_our_trainer_and_policy_actor(monkeypatch):
+def test_entry_swaps_in_our_trainer_policy_actor_and_lora_engines(monkeypatch):
     import_openrlhf()
     import openrlhf.trainer.ppo_trainer as ppo_trainer
+    import openrlhf.trainer.ray as ray_pkg
     import openrlhf.trainer.ray.ppo_actor as ppo_actor
     import openrlhf.utils as utils
 
     from agentsearch.engines.openrlhf.entry import install
-    from agentsearch.engines.openrlhf.hdr import HDRPPOTrainerActor
     from agentsearch.engines.openrlhf.lora_sync import LoraSyncPolicyModelActor
+    from agentsearch.engines.openrlhf.ppo_trainer import AgentsearchPPOTrainerActor
 
-    for mod, name in ((ppo_trainer, "PPOTrainer"), (ppo_actor, "PolicyModelActor"), (utils, "get_strategy")):
+    for mod, name in ((ppo_trainer, "PPOTrainer"), (ppo_actor, "PolicyModelActor"), (utils, "get_strategy"),
+                      (ray_pkg, "create_vllm_engines")):
         monkeypatch.setattr(mod, name, getattr(mod, name))
-    install({"replay": {"kind": "hdr", "k_rep": 2, "capacity": 8, "tau": 0.01}, "lora": True})
-    assert ppo_trainer.PPOTrainer is HDRPPOTrainerActor
+    original = ray_pkg.create_vllm_engines
+    install({"replay": None, "lora_rank": 0, "fresh_per_step": 4, "out": "x"})
+    assert ppo_trainer.PPOTrainer is AgentsearchPPOTrainerActor  # always: our logs and checkpoints
+    assert ray_pkg.create_vllm_engines is original
+    install({"replay": {"kind": "hdr", "k_rep": 2, "capacity": 8, "tau": 0.01}, "lora_rank": 8,
+             "fresh_per_step": 4, "out": "x"})
     assert ppo_actor.PolicyModelActor is LoraSyncPolicyModelActor
+    assert ray_pkg.create_vllm_engines is not original  # engines with vLLM's LoRA
 
 
-def test_merged_lora_weights_use_base_names_and_the_delta(tmp_path):
+def test_adapter_state_is_the_peft_adapter_and_vllm_ranks(tmp_path):
     import torch
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig, PeftModel, get_peft_model
 
-    from agentsearch.engines.openrlhf.lora_sync import base_name, merged_lora_weights
+    from agentsearch.engines.openrlhf.lora_sync import adapter_state, vllm_lora_rank, write_adapter
     from agentsearch.models import load_model
 
     model, _ = load_model("tiny", seed=1)
-    base = {k: v.clone() for k, v in model.state_dict().items()}
     peft = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "down_proj"]))
     for n, p in peft.named_parameters():
         if "lora_B" in n:
-            p.data.normal_(0, 0.1)
-    merged = dict(merged_lora_weights(peft, torch.bfloat16))
-    assert set(merged) == {k for k in base if k != "lm_head.weight"}  # tied head: not a parameter
-    assert all(t.dtype == torch.bfloat16 for t in merged.values())
-    q = "model.layers.0.self_attn.q_proj.weight"
-    layer = peft.base_model.model.model.layers[0].self_attn.q_proj
-    want = base[q] + 2.0 * layer.lora_B["default"].weight @ layer.lora_A["default"].weight
-    assert torch.allclose(merged[q].float(), want, atol=1e-2)
-    k = "model.layers.0.self_attn.k_proj.weight"  # not adapted: unchanged
-    assert torch.equal(merged[k], base[k].to(torch.bfloat16))
-    assert base_name("base_model.model.model.layers.1.mlp.down_proj.base_layer.weight") == \
-        "model.layers.1.mlp.down_proj.weight"
+            p.data.normal_(0, 1e-4)  # a small update: the adapter carries it exactly
+    folder = write_adapter(adapter_state(peft), tmp_path / "adapter")
+    again, _ = load_model("tiny", seed=1)
+    loaded = PeftModel.from_pretrained(again, str(folder))
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        assert torch.equal(loaded(ids).logits, peft(ids).logits)
+    assert (vllm_lora_rank(4), vllm_lora_rank(16), vllm_lora_rank(17)) == (8, 16, 32)

@@ -37,13 +37,14 @@ def test_curves_from_run_folders(tmp_path):
 
 # ------------------------------------------------------------------ synthetic run folders
 def make_run(root, name, evals, *, kind="none", pps=8, loss="grpo", dapo=False, seed=0,
-             eval_cfg=None, extra=(), config=True):
+             eval_cfg=None, extra=(), config=True, more_cfg=None):
     """A run folder: one training record per step and an eval record at each (step, t, q)."""
     run = root / name
     run.mkdir(parents=True)
     if config:
         cfg = {"seed": seed, "prompts_per_step": pps, "loss": loss, "dynamic_sampling": dapo,
-               "replay": {"kind": kind, "k_rep": 4}, "eval": eval_cfg or {"split": "dev", "limit": 0, "n": 1}}
+               "replay": {"kind": kind, "k_rep": 4}, "eval": eval_cfg or {"split": "dev", "limit": 0, "n": 1},
+               "threads": 1 + seed, **(more_cfg or {})}  # threads: a run setting, not a method's
         (run / "config.yaml").write_text(yaml.safe_dump(cfg))
     recs = [{"step": s, "time/train_cumulative": t, "eval/mean_at_n": q} for s, t, q in evals]
     recs += list(extra)
@@ -131,6 +132,30 @@ def test_method_labels_from_configs(tmp_path):
         "loss=grpo,replay.kind=none", "loss=gspo,replay.kind=none"]
     assert [r.label for r in load_runs([runs[0], runs[6]], label_by="dir")] == ["a", "g"]
     assert load_runs([runs[6]])[0].seed == 3  # from the folder name when there is no config
+
+
+def test_configs_that_differ_beyond_the_seed_are_different_methods(tmp_path):
+    pts = [(0, 0, .1), (1, 5, .3)]
+    runs = [make_run(tmp_path, f"hdr-lr{lr}-s{seed}", pts, kind="hdr", seed=seed, more_cfg={"lr": lr})
+            for lr in (1e-3, 1e-4) for seed in (0, 1)]
+    runs.append(make_run(tmp_path, "hdr-tau-s0", pts, kind="hdr", more_cfg={"lr": 1e-4, "replay": {
+        "kind": "hdr", "k_rep": 4, "tau": 0.5}}))
+    methods, _ = group_methods(load_runs(runs))
+    # seeds (and threads) of one configuration average into a method; lr or replay.tau split it
+    assert {m.label: len(m.runs) for m in methods} == {"hdr[lr=0.001,replay.tau=None]": 2,
+                                                      "hdr[lr=0.0001,replay.tau=None]": 2,
+                                                      "hdr[lr=0.0001,replay.tau=0.5]": 1}
+    # the same configuration in every run: the plain label
+    assert {r.label for r in load_runs(runs[:2])} == {"hdr"}
+
+
+def test_methods_with_equal_mean_points_all_keep_their_frontier_labels(tmp_path):
+    runs = [make_run(tmp_path, "h-s0", [(0, 0, .2), (1, 10, .5)], kind="hdr"),
+            make_run(tmp_path, "n-s0", [(0, 0, .2), (1, 10, .5)], kind="naive"),
+            make_run(tmp_path, "o-s0", [(0, 0, .2), (1, 12, .4)])]
+    res = analyse(runs)
+    assert res["method_frontier"] == [[0.0, 0.2, "hdr"], [0.0, 0.2, "naive"], [0.0, 0.2, "on_policy"],
+                                      [10.0, 0.5, "hdr"], [10.0, 0.5, "naive"]]
 
 
 def test_default_target_without_larger_is_best_on_policy(tmp_path):

@@ -180,3 +180,29 @@ def test_prompt_longer_than_max_seq_len_is_an_error_not_a_cut(tok):
         rollout(lambda: CountingEnv(), [short_task, long_task], backend, SamplingParams(), max_seq_len=64)
     eps, _ = rollout(lambda: CountingEnv(), [short_task], backend, SamplingParams(), max_seq_len=64)
     assert eps[0].terminated and len(eps[0].token_ids) <= 64
+
+
+def test_generation_seeds_of_steps_turns_and_requests_never_collide(tok):
+    """One seed per (run seed, step, turn, request), derived by ``derive_seed`` at each level
+    (trainer: step; rollout: turn; vLLM backend: request). Sums collided: with
+    ``seed * 1_000_003 + step + 1000 * turn + i``, step 1 turn 1 was step 1001 turn 0."""
+    from agentsearch.rollout import derive_seed
+
+    grid = [(s, step, turn, i) for s in (0, 1) for step in range(1, 1101) for turn in range(4)
+            for i in (0, 1, 999, 1000, 1001)]
+    seeds = {derive_seed(derive_seed(derive_seed(s, step), turn), i) for s, step, turn, i in grid}
+    assert len(seeds) == len(grid) and all(0 <= x < 2**63 for x in seeds)
+    assert derive_seed(0, 1) == 2024819301478721300  # deterministic: the same in every process
+    assert derive_seed(3, 7) != derive_seed(7, 3)
+
+    class Recording(ScriptedBackend):  # the seed of each generate call (one call per turn)
+        seeds: list = []
+
+        def generate(self, prompts, params, images=None):
+            self.seeds.append(params.seed)
+            return super().generate(prompts, params, images)
+
+    step_seed = derive_seed(0, 5)
+    rollout(lambda: CountingEnv(), [CountingEnv().tasks[0]], Recording(tok, lambda conv: "go"),
+            SamplingParams(max_new_tokens=4, seed=step_seed), n_per_task=2)
+    assert Recording.seeds == [derive_seed(step_seed, t) for t in range(3)]

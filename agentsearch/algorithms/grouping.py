@@ -21,7 +21,7 @@ from agentsearch.algorithms.losses import overlong_penalty
 from agentsearch.replay import ReplayGroup
 from agentsearch.rollout import Episode
 
-__all__ = ["episodes_to_groups", "rescore", "response_lengths"]
+__all__ = ["episodes_to_groups", "rescore", "response_lengths", "drop_zero_signal"]
 
 
 def response_lengths(episodes: Sequence[Episode]) -> torch.Tensor:
@@ -78,6 +78,14 @@ def episodes_to_groups(episodes: Sequence[Episode], n: int, step: int, *, pad_id
                                                     for g in groups)) / max(G, 1),
                "groups/reward_std_mean": float(rewards.std(dim=1).mean()) if n > 1 else 0.0}
     return groups, metrics
+
+
+def drop_zero_signal(groups: Sequence[ReplayGroup]) -> list[ReplayGroup]:
+    """DAPO's dynamic sampling (``TrainConfig.dynamic_sampling``): the groups with a nonzero
+    advantage. A zero-variance group's advantages are all 0, so it has no policy-gradient
+    signal; the loop drops such groups from the update (they are still logged and offered
+    to the replay buffer)."""
+    return [g for g in groups if bool((g.advantages != 0).any())]
 
 
 def rescore(groups: list[ReplayGroup], score_fn: Callable) -> dict[str, float]:

@@ -24,7 +24,8 @@ each loss sums and what the sum is divided by (``loss_normalizer``):
   (its ratio, clip and advantage are per sequence whatever ``agg`` says).
 ``normalizer`` overrides that denominator: ``loss_normalizer`` over the *whole step's* masks
 when a step is split into micro-batches, so the micro-batch losses (and gradients) sum to the
-full-batch ones.
+full-batch ones. The KL term (``kl_penalty``) is aggregated the same way as the loss it is
+added to: a token mean under ``"token"``, a mean of sequence means under ``"sequence"``.
 
 References: GRPO (Shao et al. 2024, arXiv 2402.03300); DAPO clip-higher, dynamic sampling
 and overlong shaping (Yu et al. 2025, arXiv 2503.14476); GSPO (Zheng et al. 2025,
@@ -63,6 +64,9 @@ class LossSpec:
     """Whether the loss uses ``dual_clip`` (``TrainConfig`` refuses it otherwise)."""
     check: Callable[[Any], list[str]] | None = None
     """``check(train_config) -> problems`` (e.g. clip ranges); run by ``TrainConfig``."""
+    unbounded_low: bool = False
+    """Whether the loss takes ``clip_low=None``: no lower clip (CISPO; ``TrainConfig``
+    refuses None for the others)."""
 
 
 _LOSSES: Registry[LossSpec] = Registry("loss", "agentsearch.algorithms.losses.register_loss")
@@ -70,15 +74,16 @@ _LOSSES: Registry[LossSpec] = Registry("loss", "agentsearch.algorithms.losses.re
 
 def register_loss(name: str, fn: Callable[..., LossStats] | None = None, *,
                   aggregation: Mapping[str, Unit] | None = None, dual_clip: bool = False,
-                  check: Callable[[Any], list[str]] | None = None, overwrite: bool = False,
-                  _builtin: bool = False):
+                  check: Callable[[Any], list[str]] | None = None, unbounded_low: bool = False,
+                  overwrite: bool = False, _builtin: bool = False):
     """Register a loss under ``name`` (then ``loss=name`` in a config uses it); returns ``fn``.
 
     A call (``register_loss("mine", fn, aggregation=...)``) or a decorator
     (``@register_loss("mine")``). ``aggregation`` maps each ``agg`` ("token", "sequence") to
     the unit the loss is averaged over (default: the unit ``agg`` names); ``fn`` must divide
     its sum by ``normalizer`` when one is given (``update.policy_update`` passes the whole
-    step's count, so micro-batches add up). Built-in names are reserved; a taken name needs
+    step's count, so micro-batches add up). ``unbounded_low``: the loss accepts
+    ``clip_low=None`` (no lower clip). Built-in names are reserved; a taken name needs
     ``overwrite=True``. ``unregister_loss(name)`` removes it.
     """
     agg_map = dict(aggregation) if aggregation is not None else {a: a for a in AGGS}
@@ -87,7 +92,8 @@ def register_loss(name: str, fn: Callable[..., LossStats] | None = None, *,
                          f"one of {list(AGGS)}, got {agg_map}")
 
     return _LOSSES.register(name, fn, overwrite=overwrite, builtin=_builtin,
-                            wrap=lambda f: LossSpec(f, agg_map, dual_clip=dual_clip, check=check))
+                            wrap=lambda f: LossSpec(f, agg_map, dual_clip=dual_clip, check=check,
+                                                    unbounded_low=unbounded_low))
 
 
 def unregister_loss(name: str) -> None:
@@ -241,7 +247,7 @@ def _gspo_check(cfg) -> list[str]:
 register_loss("grpo", grpo_loss, dual_clip=True, _builtin=True)
 register_loss("gspo", gspo_loss, aggregation={"token": "sequence", "sequence": "sequence"},
               check=_gspo_check, _builtin=True)  # sequence-level by definition
-register_loss("cispo", cispo_loss, _builtin=True)
+register_loss("cispo", cispo_loss, unbounded_low=True, _builtin=True)  # clip_low=None: MiniMax-M1's form
 
 
 def policy_loss(kind: str, *args, **kwargs) -> LossStats:
@@ -250,11 +256,15 @@ def policy_loss(kind: str, *args, **kwargs) -> LossStats:
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor,
-               kind: Literal["k1", "k2", "k3"] = "k3") -> torch.Tensor:
-    """Mean per-token KL(pi || ref) estimate over masked tokens. [B, T] -> scalar.
+               kind: Literal["k1", "k2", "k3"] = "k3", *, unit: Unit = "token",
+               normalizer: float | None = None) -> torch.Tensor:
+    """KL(pi || ref) estimate over masked tokens. [B, T] -> scalar.
 
-    k1 = logp - ref; k2 = (logp - ref)^2 / 2; k3 = exp(ref - logp) - (ref - logp) - 1
-    (unbiased, always >= 0; the GRPO paper's choice).
+    Per token: k1 = logp - ref; k2 = (logp - ref)^2 / 2; k3 = exp(ref - logp) - (ref - logp) - 1
+    (unbiased, always >= 0; the GRPO paper's choice). Aggregated like a loss in ``unit``
+    (pass ``aggregation(loss, agg)``, the policy loss's unit): the token mean (``"token"``)
+    or the mean of sequence means (``"sequence"``); ``normalizer`` replaces the count divided
+    by (the whole step's, for micro-batches: ``loss_normalizer``).
     """
     d = logprobs - ref_logprobs  # [B, T]
     if kind == "k1":
@@ -265,7 +275,7 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.T
         per = torch.expm1(-d.clamp(-20, 20)) + d
     else:
         raise ValueError(f"kl kind {kind!r}: use k1, k2 or k3")
-    return masked_mean(per, mask)
+    return _aggregate(per, mask, unit, normalizer)
 
 
 def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int, factor: float = 1.0) -> torch.Tensor:

@@ -3,8 +3,9 @@
 Rows of all groups are flattened, sorted by length (less padding), and cut into
 micro-batches of ``micro_batch_size`` rows. Each micro-batch's loss is normalised by the
 *whole step's* token (or sequence) count (``losses.loss_normalizer``: which one depends on
-the loss and ``agg``), and the KL term by the step's token count, so accumulating the
-micro-batch gradients gives exactly the gradient of the full-batch loss. A non-finite loss
+the loss and ``agg``), and so is the KL term, aggregated in the loss's own unit (a token
+mean, or a mean of sequence means), so accumulating the micro-batch gradients gives exactly
+the gradient of the full-batch loss. A non-finite loss
 or gradient skips the optimizer step (weights unchanged), and the skip is logged and
 counted. A step without signal (every row's advantage is 0 and no KL term) is skipped
 before any forward pass: Adam's momentum would otherwise move the weights on nothing.
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from agentsearch.algorithms.losses import kl_penalty, loss_normalizer, loss_spec
+from agentsearch.algorithms.losses import aggregation, kl_penalty, loss_normalizer, loss_spec
 from agentsearch.models.logprobs import batch_pixels, token_logprobs
 from agentsearch.replay import ReplayGroup
 
@@ -93,12 +94,16 @@ def policy_update(model, optimizer, scheduler, rows: Sequence[Row], cfg, *,
     rows = sorted(rows, key=lambda r: len(r.ids))
     n_tokens = float(sum(int(r.mask.sum()) for r in rows))
     normalizer = loss_normalizer(cfg.loss, cfg.agg, [r.mask for r in rows])
+    unit = aggregation(cfg.loss, cfg.agg)  # the KL term is aggregated like the loss
     sums = {"loss": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "ratio_mean": 0.0, "kl_ref": 0.0}
     finite = True
     for s in range(0, len(rows), cfg.micro_batch_size):
         mb_rows = rows[s:s + cfg.micro_batch_size]
         mb = pad_rows(mb_rows, device)
         pixels = batch_pixels(model, mb["ids"], [r.pixel_values for r in mb_rows], device)
+        if kl_on:  # before the policy's forward: the reference may be the same model, another adapter
+            with torch.no_grad():
+                ref = ref_logprobs_fn(mb["ids"], mb["attn"], mb["mask"])  # [B, T]
         lp = token_logprobs(model, mb["ids"], mb["attn"], temperature=cfg.generation.temperature,
                             target_mask=mb["mask"], pixel_values=pixels)  # [B, T]
         stats = spec.fn(lp, mb["old"], mb["adv"], mb["mask"], clip_low=cfg.clip_low,
@@ -106,12 +111,10 @@ def policy_update(model, optimizer, scheduler, rows: Sequence[Row], cfg, *,
                         normalizer=normalizer)
         loss = stats.loss
         weight = float(mb["mask"].sum()) / max(n_tokens, 1.0)  # this micro-batch's share of tokens
-        if kl_on:
-            with torch.no_grad():
-                ref = ref_logprobs_fn(mb["ids"], mb["attn"], mb["mask"])
-            kl = kl_penalty(lp, ref, mb["mask"], cfg.kl_kind)
-            loss = loss + cfg.kl_coef * kl * weight
-            sums["kl_ref"] += float(kl.detach()) * weight
+        if kl_on:  # normalised by the whole step's count, like the loss: micro-batches add up
+            kl = kl_penalty(lp, ref, mb["mask"], cfg.kl_kind, unit=unit, normalizer=normalizer)
+            loss = loss + cfg.kl_coef * kl
+            sums["kl_ref"] += float(kl.detach())
         if not torch.isfinite(loss):
             finite = False
             break

@@ -142,8 +142,11 @@ def analyse(run_dirs, metric: str = "eval/mean_at_n", label_by: str = "auto",
                        "final": r.final, "best": max(q for _, q, _ in r.points),
                        "train_seconds": r.train_seconds, "steps": r.points[-1][2]} for r in usable]
     result["frontier"] = [list(p) for p in pareto_frontier([(t, q) for r in usable for t, q, _ in r.points])]
-    mean_pts = {(s[0], v[0]): m.label for m in methods for s, v in zip(m.seconds, m.values)}
-    result["method_frontier"] = [[t, q, mean_pts[(t, q)]] for t, q in pareto_frontier(list(mean_pts))]
+    # (seconds, value, method) of every mean point; methods at an equal point all keep their label
+    mean_pts = list(dict.fromkeys((s[0], v[0], m.label) for m in methods for s, v in zip(m.seconds, m.values)))
+    front = set(pareto_frontier([(t, q) for t, q, _ in mean_pts]))
+    result["method_frontier"] = [[t, q, lab] for t, q, lab in sorted(mean_pts, key=lambda p: p[:2])
+                                 if (t, q) in front]
     base, why = choose_target(methods, target_method)
     if base is None:  # an unknown --target-method: say so, keep the other tables, exit 2
         result["ok"] = False

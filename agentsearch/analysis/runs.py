@@ -2,8 +2,10 @@
 
 A *run* is a folder with ``metrics.jsonl`` (and, normally, the ``config.yaml`` the trainer
 wrote). Its *curve* is one point per evaluation record: (``time/train_cumulative``, the
-quality metric, step). A *method* is the set of runs that differ only in their seed; its
-curve is the mean and spread over seeds at the evaluation steps all of them share.
+quality metric, step). A *method* is the set of runs that differ only in their seed (and
+settings that do not change what is trained: ``RUN_ONLY_KEYS``; evaluation settings,
+``eval.*``, are compared on their own and a message says when they differ); its curve is
+the mean and spread over seeds at the evaluation steps all of them share.
 
 Method labels (``label_by="auto"``) come from each run's ``config.yaml``:
 
@@ -13,7 +15,10 @@ Method labels (``label_by="auto"``) come from each run's ``config.yaml``:
 - a loss other than ``grpo`` prefixes it (``gspo_hdr``), ``dynamic_sampling=true`` adds
   ``dapo_`` (``dapo_on_policy``).
 
-That is the naming of ``scripts/experiments/replay_suite.py``. ``label_by="dir"`` uses the
+Runs that get one such label but whose configs differ in anything else are different
+methods: the keys that differ are appended, ``hdr[lr=0.001]`` and ``hdr[lr=0.0001]``, so two
+settings are never averaged as if they were seeds. That is the naming of
+``scripts/experiments/replay_suite.py``. ``label_by="dir"`` uses the
 folder name without a trailing ``-s<seed>``; ``label_by="replay.kind,replay.tau"`` (config
 keys, dotted) builds the label from those values. Bad input never raises here: a folder
 that cannot be read is returned with ``problems`` and no points, and the caller reports it.
@@ -28,9 +33,13 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Run", "MethodCurve", "load_run", "load_runs", "group_methods", "mean_std"]
+__all__ = ["Run", "MethodCurve", "load_run", "load_runs", "group_methods", "mean_std", "RUN_ONLY_KEYS"]
 
 _SEED_SUFFIX = re.compile(r"[-_](?:s|seed)(\d+)$")
+# config keys that do not change what a run trains (seed, threads, logging and checkpoint
+# cadence): runs differing only in these are seeds of one method
+RUN_ONLY_KEYS = frozenset({"seed", "threads", "tensorboard", "wandb_project", "checkpoint_every",
+                           "eval.every", "sft.log_every", "sft.pretrain_cache"})
 
 
 @dataclass
@@ -257,6 +266,39 @@ def label_runs(runs: list[Run], label_by: str = "auto") -> None:
               and _get(r.config, "prompts_per_step") > smallest}
     for r in runs:
         r.label = auto_label(r.config, smallest, larger) or _dir_label(r)
+    _split_differing_configs(runs)
+
+
+def _flat(cfg: dict, prefix: str = "") -> dict[str, str]:
+    """Dotted key -> the value as JSON text (comparable, hashable)."""
+    out = {}
+    for k, v in cfg.items():
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = json.dumps(v, sort_keys=True, default=str)
+    return out
+
+
+def _split_differing_configs(runs: list[Run]) -> None:
+    """Within each label, runs whose configs differ beyond ``RUN_ONLY_KEYS`` get the keys that
+    differ appended to the label (module doc); runs without a config keep theirs."""
+    by_label: dict[str, list[Run]] = {}
+    for r in runs:
+        if r.config:
+            by_label.setdefault(r.label, []).append(r)
+    for label, members in by_label.items():
+        flats = [_flat(r.config) for r in members]
+        keys = sorted(k for k in {k for f in flats for k in f} - RUN_ONLY_KEYS if not k.startswith("eval."))
+        differ = [k for k in keys if len({f.get(k, "null") for f in flats}) > 1]
+        for r, f in zip(members, flats):
+            if differ:
+                r.label = label + "[" + ",".join(f"{k}={_show(f.get(k, 'null'))}" for k in differ) + "]"
+
+
+def _show(text: str) -> str:
+    v = json.loads(text)
+    return "None" if v is None else (v if isinstance(v, str) else json.dumps(v))
 
 
 def load_runs(run_dirs, metric: str = "eval/mean_at_n", label_by: str = "auto") -> list[Run]:

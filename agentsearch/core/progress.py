@@ -23,7 +23,8 @@ class Progress:
     def __init__(self, total: int, desc: str, *, start: int = 0, every: int | None = None,
                  stream=None, enabled: bool = True):
         self.total, self.desc, self.done = max(0, total), desc, start
-        self.every = every if every is not None else max(1, self.total // 10)
+        # every=0 (e.g. ``sft.log_every=0``: "never") prints no periodic line, not a division by 0
+        self.every = max(1, every if every is not None else self.total // 10)
         self.stream = stream or sys.stdout
         self.enabled = enabled and self.total > 0
         self.tty = self.enabled and getattr(self.stream, "isatty", lambda: False)()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentsearch.envs.rewards import AnswerScore, math_equal
+from agentsearch.envs.rewards import AnswerScore, math_grade
 from agentsearch.envs.tasks.math_tasks import champ_tasks, synthetic_math
 from agentsearch.envs.text_env import TextEnv, TextEnvConfig
 
@@ -56,7 +56,8 @@ class MathEnv(TextEnv):
     ``reward/answer``: 1.0 if the answer is equivalent to a golden answer (normalised text,
     then math-verify on LaTeX/plain expressions; sympy if math-verify is missing), else 0.
     ``reward/format``: ``-format_penalty`` per malformed turn. ``answer_correct`` is the
-    equivalence alone.
+    equivalence alone. The check has a time limit (``rewards.GRADING_TIMEOUT_S``): an answer
+    it cannot settle in time counts as wrong, with ``info["metric/grading_timeout"] = 1.0``.
 
     ## Episode end
     Terminated by an answer; truncated when turn ``max_turns`` (default 4) is not one.
@@ -90,5 +91,6 @@ class MathEnv(TextEnv):
         return [{"role": "system", "content": system}, {"role": "user", "content": q}]
 
     def score(self, answer: str, task: dict) -> AnswerScore:
-        ok = math_equal(answer, [str(g) for g in task["golden_answers"]])
-        return AnswerScore(correct=ok, score=float(ok))
+        grade = math_grade(answer, [str(g) for g in task["golden_answers"]])
+        return AnswerScore(correct=grade.equal, score=float(grade.equal),
+                           metrics={"grading_timeout": float(grade.timed_out)})

@@ -15,19 +15,25 @@ punctuation and articles, collapse whitespace), as in Search-R1's ``qa_em``.
 
 from __future__ import annotations
 
+import atexit
+import importlib.util
 import logging
+import os
 import re
 import string
 import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from agentsearch.core.registry import Registry
+from agentsearch.envs.math_grader import MathGrader
 
 __all__ = ["AnswerScore", "normalize_answer", "exact_match", "f1_score", "qa_score",
-           "math_equal", "step_rewards", "REWARD_KEYS", "register_answer_reward",
-           "unregister_answer_reward", "answer_reward", "answer_rewards"]
+           "math_equal", "math_grade", "MathGrade", "GRADING_TIMEOUT_S", "step_rewards",
+           "REWARD_KEYS", "register_answer_reward", "unregister_answer_reward", "answer_reward",
+           "answer_rewards"]
 
 REWARD_KEYS = ("reward/answer", "reward/format")
 
@@ -120,78 +126,107 @@ def qa_score(answer: str, golden_answers: list[str], metric: str = "em") -> Answ
 
 # ---------------------------------------------------------------- math equivalence
 _MAX_MATH_CHARS = 400
+_NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)(/\d+)?")
+_INTEGER = re.compile(r"[-+]?\d+")
+GRADING_TIMEOUT_S = 5.0
+"""How long ``math_grade`` waits for the math checker on one answer; past it the answer
+counts as not equal and ``MathGrade.timed_out`` is set."""
+
 _warned = False
+_grader: MathGrader | None = None
+_grader_lock = threading.Lock()
 
 
-def _mv():
-    """math-verify's (parse, verify), or None when it is not installed."""
-    try:
-        from math_verify import parse, verify
-    except ImportError:
-        return None
-    logging.getLogger("math_verify").setLevel(logging.ERROR)
-    return parse, verify
+@dataclass(frozen=True)
+class MathGrade:
+    """``math_grade``'s verdict: ``equal``, and whether the checker ran out of time (the
+    answer then counts as not equal; envs report it as ``metric/grading_timeout``)."""
+
+    equal: bool
+    timed_out: bool = False
 
 
-def _as_latex(s: str) -> str:
+def _get_grader() -> MathGrader:
+    global _grader
+    with _grader_lock:
+        if _grader is None:
+            _grader = MathGrader()
+            atexit.register(_grader.close)
+        return _grader
+
+
+def _forget_grader() -> None:  # a forked child must not share its parent's checker process
+    global _grader, _grader_lock
+    _grader, _grader_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_grader)
+
+
+def _number(s: str) -> Fraction | None:
     s = s.strip()
-    s = re.sub(r"\bC\((\d+),\s*(\d+)\)", r"\\binom{\1}{\2}", s)  # C(n, k) -> binomial
-    return s if "$" in s or "\\boxed" in s else f"${s}$"
-
-
-def _sympy_equal(a: str, b: str) -> bool:
-    import sympy
-    from sympy.parsing.sympy_parser import (
-        convert_xor,
-        implicit_multiplication_application,
-        parse_expr,
-        standard_transformations,
-    )
-
-    tr = standard_transformations + (implicit_multiplication_application, convert_xor)
+    if not _NUMBER.fullmatch(s):
+        return None
     try:
-        ea, eb = parse_expr(a, transformations=tr), parse_expr(b, transformations=tr)
-        return bool(sympy.simplify(ea - eb) == 0)
-    except Exception:  # noqa: BLE001 - unparsable math text is simply not equal
+        return Fraction(s)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _fast_verdict(prediction: str, golds: list[str]) -> bool | None:
+    """Plain numbers decide on their own: an equal one is equal; integers that all differ
+    are not equal. ``None``: the checker must decide."""
+    p = _number(prediction)
+    if p is None:
+        return None
+    if any(_number(g) == p for g in golds):
+        return True
+    if _INTEGER.fullmatch(prediction.strip()) and all(_INTEGER.fullmatch(g.strip()) for g in golds):
         return False
+    return None
 
 
-def math_equal(prediction: str, golden_answers: list[str]) -> bool:
-    """Whether ``prediction`` equals any golden answer: normalised text, then math-verify.
+def math_grade(prediction: str, golden_answers: list[str], *,
+               timeout_s: float | None = None) -> MathGrade:
+    """Whether ``prediction`` equals any golden answer: normalised text, plain numbers, then
+    math-verify (sympy's ``simplify(a - b) == 0`` without it).
 
-    math-verify (with sympy) compares expressions, fractions, sets and equations; its
-    timeout uses ``signal.alarm``, so off the main thread it runs without one and very
-    long strings (> 400 characters) are compared as text only. Without math-verify,
-    sympy's ``simplify(a - b) == 0`` is the fallback.
+    math-verify (with sympy) compares expressions, fractions, sets and equations. It runs in
+    a child process (``agentsearch.envs.math_grader``) with a time limit, ``timeout_s``
+    (default ``GRADING_TIMEOUT_S``), on the main thread, off it and inside a running event
+    loop alike: an answer it cannot settle in time (e.g. ``9^{9^{9^{9}}}``) is not equal,
+    ``timed_out=True``, and a warning is logged. The common cases (equal text, numbers) never
+    reach it. Strings over 400 characters are compared as text only.
     """
     global _warned
     if any(normalize_answer(prediction) == normalize_answer(g) for g in golden_answers):
-        return True
-    if len(prediction) > _MAX_MATH_CHARS:
-        return False
-    mv = _mv()
-    if mv is None:
-        if not _warned:
-            logging.getLogger(__name__).warning(
-                "math-verify is not installed; using sympy for math answers "
-                "(pip install 'agentsearch[math]' for the stronger checker)")
-            _warned = True
-        return any(_sympy_equal(prediction, g) for g in golden_answers if len(g) <= _MAX_MATH_CHARS)
-    parse, verify = mv
-    timeout = 5 if threading.current_thread() is threading.main_thread() else None
-    try:
-        pred = parse(_as_latex(prediction), parsing_timeout=timeout)
-        if not pred:
-            return False
-        for g in golden_answers:
-            if len(g) > _MAX_MATH_CHARS:
-                continue
-            gold = parse(_as_latex(g), parsing_timeout=timeout)
-            if gold and verify(gold, pred, timeout_seconds=timeout):
-                return True
-    except Exception:  # noqa: BLE001 - math-verify raises on pathological input: not equal
-        return False
-    return False
+        return MathGrade(True)
+    golds = [g for g in golden_answers if len(g) <= _MAX_MATH_CHARS]
+    if len(prediction) > _MAX_MATH_CHARS or not golds:
+        return MathGrade(False)
+    fast = _fast_verdict(prediction, golds)
+    if fast is not None:
+        return MathGrade(fast)
+    if not _warned and importlib.util.find_spec("math_verify") is None:
+        logging.getLogger(__name__).warning(
+            "math-verify is not installed; using sympy for math answers "
+            "(pip install 'agentsearch[math]' for the stronger checker)")
+        _warned = True
+    timeout = GRADING_TIMEOUT_S if timeout_s is None else float(timeout_s)
+    equal = _get_grader().equal(prediction, golds, timeout)
+    if equal is None:
+        logging.getLogger(__name__).warning(
+            "math grading gave up after %.1f s on the answer %r; counted as not equal",
+            timeout, prediction[:80])
+        return MathGrade(False, timed_out=True)
+    return MathGrade(equal)
+
+
+def math_equal(prediction: str, golden_answers: list[str], *, timeout_s: float | None = None) -> bool:
+    """``math_grade(...).equal``: whether ``prediction`` equals any golden answer (an answer
+    the checker cannot settle within the time limit is not equal)."""
+    return math_grade(prediction, golden_answers, timeout_s=timeout_s).equal
 
 
 def step_rewards(*, answer: AnswerScore | None, malformed: bool,

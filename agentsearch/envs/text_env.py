@@ -322,7 +322,7 @@ class TextEnv(gym.Env, abc.ABC):
         try:
             out = await asyncio.wait_for(tool(**arguments), timeout=tool.timeout_s)
             out, err = ("" if out is None else str(out)), None
-        except asyncio.TimeoutError:
+        except TimeoutError:
             out = err = f"Error: {name} timed out after {tool.timeout_s:g} s"
         except Exception as e:  # noqa: BLE001 - any tool failure becomes an observation
             out = err = f"Error: {name} failed: {type(e).__name__}: {str(e)[:300]}"

@@ -9,7 +9,7 @@ from typing import Any
 from gymnasium.spaces import Dict
 
 from agentsearch.envs.images import DEFAULT_MAX_IMAGE_PIXELS, ImageTuple, open_image
-from agentsearch.envs.rewards import AnswerScore, exact_match, math_equal
+from agentsearch.envs.rewards import AnswerScore, MathGrade, exact_match, math_grade
 from agentsearch.envs.tasks.vision_tasks import KINDS, load_geometry3k, synthetic_vision
 from agentsearch.envs.text_env import TextEnv, TextEnvConfig, UnicodeText
 
@@ -73,14 +73,16 @@ def vision_score(answer: str, task: dict) -> AnswerScore:
     if kind == "choice":
         letter = answer.strip().strip("().").strip().upper()
         if re.fullmatch(r"[A-Z]", letter):
-            ok = letter == gold[0].upper()
+            grade = MathGrade(letter == gold[0].upper())
         else:
-            ok = math_equal(answer, gold[1:])
+            grade = math_grade(answer, gold[1:])
     elif kind == "math":
-        ok = math_equal(answer, gold)
+        grade = math_grade(answer, gold)
     else:
-        ok = bool(exact_match(answer, gold))
-    return AnswerScore(correct=ok, score=float(ok), metrics={"em": float(ok)})
+        grade = MathGrade(bool(exact_match(answer, gold)))
+    ok = grade.equal
+    return AnswerScore(correct=ok, score=float(ok),
+                       metrics={"em": float(ok), "grading_timeout": float(grade.timed_out)})
 
 
 class _ImageToolAdapter:

@@ -1,14 +1,22 @@
-"""LoRA via peft, or full fine-tuning for tiny models.
+"""LoRA via peft, or full fine-tuning for tiny models; and the frozen KL reference policy.
 
-With LoRA the reference policy for the optional KL term is the base model itself
-(``reference_logprobs`` runs it with the adapter disabled), so no second copy is kept.
+The reference of the optional KL term is the policy as it was when RL began, after the warm
+start (``frozen_reference``): a frozen deep copy when all weights train; with LoRA a second,
+frozen adapter named ``reference`` holding the warm-started adapter's weights (an adapter's
+worth of memory instead of a second model, as TRL's ``ref_adapter_name`` does), which
+``reference_policy`` activates for the reference forward.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager, nullcontext
+import copy
+from contextlib import contextmanager
 
-__all__ = ["apply_lora", "adapter_disabled", "count_parameters"]
+import torch
+
+__all__ = ["apply_lora", "frozen_reference", "reference_policy", "count_parameters", "REFERENCE_ADAPTER"]
+
+REFERENCE_ADAPTER = "reference"
 
 
 def apply_lora(model, settings):
@@ -30,12 +38,41 @@ def apply_lora(model, settings):
     return get_peft_model(model, cfg)
 
 
+def frozen_reference(model, weights: dict[str, torch.Tensor]):
+    """The KL reference: ``model`` with its trainable weights replaced by ``weights`` (the
+    ``trainable_state_dict`` of the policy when RL began), frozen. Without LoRA a deep copy;
+    with LoRA ``model`` itself, given a frozen ``reference`` adapter (``reference_policy``
+    runs it). ``model``'s own weights and trainable set are left as they were."""
+    if not hasattr(model, "peft_config"):
+        ref = copy.deepcopy(model).eval()
+        ref.load_state_dict(weights, strict=False)
+        return ref.requires_grad_(False)
+    active = model.active_adapter
+    if REFERENCE_ADAPTER not in model.peft_config:
+        model.add_adapter(REFERENCE_ADAPTER, model.peft_config[active])  # added frozen; `active` stays
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if f".{REFERENCE_ADAPTER}." in name:
+                p.copy_(weights[name.replace(f".{REFERENCE_ADAPTER}.", f".{active}.")])
+                p.requires_grad_(False)
+    return model
+
+
 @contextmanager
-def adapter_disabled(model):
-    """Run the base model (the KL reference) when ``model`` carries a LoRA adapter."""
-    ctx = model.disable_adapter() if hasattr(model, "disable_adapter") else nullcontext()
-    with ctx:
+def reference_policy(model):
+    """Run ``model`` as the KL reference: its ``reference`` adapter when it has one (in eval
+    mode, then the trained adapter is active and trainable again), else ``model`` as it is."""
+    if REFERENCE_ADAPTER not in getattr(model, "peft_config", {}):
         yield model
+        return
+    active, training = model.active_adapter, model.training
+    model.set_adapter(REFERENCE_ADAPTER, inference_mode=True)
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.set_adapter(active)  # the policy's adapter: active and trainable; the reference frozen
+        model.train(training)
 
 
 def count_parameters(model) -> tuple[int, int]:

@@ -25,12 +25,13 @@ from agentsearch.rollout.backends import (
     GenerationBackend,
     SamplingParams,
     ScriptedBackend,
+    derive_seed,
 )
 from agentsearch.rollout.contract import RolloutEnv, check_rollout_contract
 from agentsearch.rollout.episodes import Episode, RolloutStats, arollout, rollout
 from agentsearch.rollout.events import EventLoop
 
-__all__ = ["rollout", "arollout", "EventLoop", "Episode", "RolloutStats", "SamplingParams", "Generation",
+__all__ = ["rollout", "arollout", "EventLoop", "Episode", "RolloutStats", "SamplingParams", "Generation", "derive_seed",
            "GenerationBackend", "ScriptedBackend", "HFBackend", "VLLMBackend",
            "RolloutEnv", "check_rollout_contract"]
 

@@ -10,11 +10,28 @@ test) drive the same rollout code as a model.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["SamplingParams", "Generation", "GenerationBackend", "ScriptedBackend", "cut_at_stop"]
+__all__ = ["SamplingParams", "Generation", "GenerationBackend", "ScriptedBackend", "cut_at_stop",
+           "derive_seed"]
+
+
+def derive_seed(seed: int, *keys: int | str) -> int:
+    """A 63-bit seed for ``(seed, *keys)``: a hash, so distinct tuples give distinct seeds
+    (a collision among a million seeds has odds ~1e-7) and nested calls compose. A ``str``
+    key names a stream (``derive_seed(seed, step, "reset")``: the env resets of a step).
+
+    Generation seeds are derived in three places, each from the one above: the trainer's
+    step (``derive_seed(cfg.seed, step)``), the rollout's turn (``derive_seed(params.seed,
+    turn)``) and a batch's request (``derive_seed(turn_seed, i)`` in the vLLM backend). Sums
+    such as ``seed * 1_000_003 + step + 1000 * turn + i`` collide (step s turn 1 = step
+    s + 1000 turn 0); hashes do not. Deterministic across processes (not Python's ``hash``).
+    """
+    data = ",".join(repr(x if isinstance(x, str) else int(x)) for x in (seed, *keys)).encode()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") >> 1
 
 
 @dataclass

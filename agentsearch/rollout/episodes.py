@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from agentsearch.envs.text_env import TextEnv, observation_text
-from agentsearch.rollout.backends import GenerationBackend, SamplingParams
+from agentsearch.rollout.backends import GenerationBackend, SamplingParams, derive_seed
 from agentsearch.rollout.contract import steps_synchronously
 from agentsearch.rollout.events import EventLoop
 
@@ -78,7 +78,10 @@ class Episode:
 
 @dataclass
 class RolloutStats:
-    """What a rollout cost and produced; ``metrics()`` gives the logging keys."""
+    """What a rollout cost and produced; ``metrics()`` gives the logging keys. Its ``time/*``
+    keys (generate, env, reward) are disjoint phases of the training step; the rollout's wall
+    clock (which contains them) and its tokenizing time (inside the step's ``time/other``) are
+    ``rollout/wall_seconds`` and ``rollout/tokenize_seconds``, so the ``time/*`` keys add up."""
 
     episodes: int = 0
     time_generate: float = 0.0
@@ -100,8 +103,8 @@ class RolloutStats:
     def metrics(self) -> dict[str, float]:
         n = max(self.episodes, 1)
         out = {"time/generate": self.time_generate, "time/env": self.time_env,
-               "time/reward": self.time_reward, "time/rollout_tokenize": self.time_tokenize,
-               "time/rollout": self.time_total, "rollout/episodes": float(self.episodes),
+               "time/reward": self.time_reward, "rollout/tokenize_seconds": self.time_tokenize,
+               "rollout/wall_seconds": self.time_total, "rollout/episodes": float(self.episodes),
                "rollout/generate_calls": float(self.generate_calls),
                "rollout/tokens_generated": float(self.tokens_generated),
                "rollout/turns_mean": self.turns / n, "rollout/tool_calls": float(self.tool_calls),
@@ -169,7 +172,7 @@ async def arollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | 
     prompts = []
     for i in range(n):
         task = tasks[i // n_per_task]
-        obs, info = envs[i].reset(seed=None if seed is None else seed + i, options={"task": task})
+        obs, info = envs[i].reset(seed=None if seed is None else derive_seed(seed, i), options={"task": task})
         prompts.append(observation_text(obs))
         info = {**info, "turns": [], "answer": None, "tool_calls": 0, "tool_errors": 0,
                 "malformed_turns": 0, "truncated_by": None}
@@ -192,7 +195,7 @@ async def arollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | 
         if max_seq_len is not None:  # no episode can use more than its room left
             budget = min(budget, max(max_seq_len - len(r.ids) for r in active))
         gen_params = replace(params, stop=stop, max_new_tokens=budget,
-                             seed=None if params.seed is None else params.seed + 1000 * turn)
+                             seed=None if params.seed is None else derive_seed(params.seed, turn))
         t0 = time.perf_counter()
         images = [r.info.get("images") or [] for r in active]
         if any(images):  # a multimodal env: the backend must take the episodes' images
@@ -332,7 +335,8 @@ def rollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | str, ta
 
     ``envs_or_factory``: a list of env instances (one per episode, reused across calls), a
     zero-argument factory, or a registered env id. ``seed`` seeds the resets (episode ``i``
-    gets ``seed + i``); ``params.seed`` seeds generation (turn ``t`` uses ``seed + 1000 t``).
+    gets ``backends.derive_seed(seed, i)``); ``params.seed`` seeds generation (turn ``t`` uses
+    ``derive_seed(params.seed, t)``).
     Returns the episodes in task-major order (``n_per_task`` consecutive episodes per task)
     and a ``RolloutStats``. Inside a running event loop use ``await arollout(...)``.
     ``loop``: an ``EventLoop`` to run on (a training run passes one for all its rollouts);

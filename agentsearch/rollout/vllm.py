@@ -46,7 +46,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from agentsearch.rollout.backends import Generation, SamplingParams
+from agentsearch.rollout.backends import Generation, SamplingParams, derive_seed
 
 __all__ = ["VLLMBackend", "generation_from_output", "vllm_sampling_params"]
 
@@ -86,12 +86,13 @@ _LLVMLITE_SAFE_CLASSES: dict[type, type] = {}
 def vllm_sampling_params(p: SamplingParams, i: int = 0):
     """vLLM's ``SamplingParams`` for ours: one sample, the sampled token's logprob
     (``logprobs=0``), stop strings, no special-token skipping; request ``i`` of a batch gets
-    seed ``p.seed + i``."""
+    seed ``derive_seed(p.seed, i)`` (``backends.derive_seed``: no two requests, turns or
+    steps share a seed)."""
     from vllm import SamplingParams as VSP
 
     return VSP(n=1, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k if p.top_k > 0 else -1,
                max_tokens=p.max_new_tokens, stop=list(p.stop) or None, logprobs=0,
-               seed=None if p.seed is None else p.seed + i, skip_special_tokens=False,
+               seed=None if p.seed is None else derive_seed(p.seed, i), skip_special_tokens=False,
                spaces_between_special_tokens=False)
 
 

@@ -7,6 +7,12 @@ scheduler, RNG states of python/numpy/torch, the task sampler, counters) and
 temporary folder and renamed into place, then ``checkpoints/latest`` is replaced
 (rename again), so a crash at any point leaves the previous checkpoint intact and
 ``--resume`` never reads half a checkpoint.
+
+``RUN_DIR/reference.pt`` (runs with a KL term only) holds the KL reference: the policy's
+trainable weights when RL began, after the warm start. It is written once, at step 0, and
+read on every (re)start, so a resumed run's reference is the original run's without
+repeating the warm start (whose result no checkpoint keeps: with LoRA only the adapter
+is saved).
 """
 
 from __future__ import annotations
@@ -20,8 +26,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from agentsearch.core.config import ConfigError
+
 __all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "rng_state", "set_rng_state",
-           "trainable_state_dict", "save_final"]
+           "trainable_state_dict", "save_final", "save_reference", "load_reference"]
 
 
 def rng_state() -> dict:
@@ -86,10 +94,12 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 
 def load_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizer=None, scheduler=None,
-                    replay=None) -> dict:
+                    replay=None, restore_rng: bool = True) -> dict:
     """Restore into the given objects; returns the trainer state (step, counters, ...).
 
-    Also restores the RNG states, so the run continues exactly where it stopped.
+    Also restores the RNG states, so the run continues exactly where it stopped; with
+    ``restore_rng=False`` they are returned under ``"rng"`` instead, for the caller to restore
+    (``set_rng_state``) after whatever else it builds reseeds (a vLLM engine does).
     """
     path = Path(path)
     weights = torch.load(path / "model.pt", map_location="cpu", weights_only=True)
@@ -105,8 +115,28 @@ def load_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizer=None,
         scheduler.load_state_dict(trainer["scheduler"])
     if replay is not None and (path / "replay.pt").exists():
         replay.load_state_dict(torch.load(path / "replay.pt", map_location="cpu", weights_only=False))
+    if not restore_rng:
+        return {"step": trainer["step"], **trainer["state"], "rng": trainer["rng"]}
     set_rng_state(trainer["rng"])
     return {"step": trainer["step"], **trainer["state"]}
+
+
+def save_reference(run_dir: str | Path, model: torch.nn.Module) -> None:
+    """Write ``RUN_DIR/reference.pt``: ``model``'s trainable weights, the KL reference (module doc)."""
+    path = Path(run_dir) / "reference.pt"
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    torch.save(trainable_state_dict(model), tmp)
+    os.replace(tmp, path)
+
+
+def load_reference(run_dir: str | Path) -> dict[str, torch.Tensor]:
+    """The weights ``save_reference`` wrote; a clear error when the run has none."""
+    path = Path(run_dir) / "reference.pt"
+    if not path.exists():
+        raise ConfigError(f"{path} is missing: a run with kl_coef > 0 writes its KL reference "
+                                "there at step 0; this run was started with kl_coef=0 (or by an older "
+                                "version), so it cannot be resumed with a KL term")
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def save_final(model, tok, out: str | Path) -> None:

@@ -21,7 +21,6 @@ the replay strategies in ``agentsearch.replay``. ``train()`` returns the final m
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import math
@@ -30,19 +29,22 @@ from pathlib import Path
 
 import torch
 
-from agentsearch.algorithms.grouping import episodes_to_groups, rescore
+from agentsearch.algorithms.grouping import drop_zero_signal, episodes_to_groups, rescore
 from agentsearch.algorithms.optim import make_optimizer
 from agentsearch.algorithms.update import policy_update, rows_of
-from agentsearch.core.config import ConfigError, apply_overrides, dump
+from agentsearch.core.config import ConfigError, apply_overrides, dump, to_dict
 from agentsearch.core.progress import Progress
 from agentsearch.models.logprobs import make_score_fn, token_logprobs
-from agentsearch.models.lora import adapter_disabled, count_parameters
-from agentsearch.rollout import EventLoop, SamplingParams, rollout
+from agentsearch.models.lora import count_parameters, frozen_reference, reference_policy
+from agentsearch.rollout import EventLoop, SamplingParams, derive_seed, rollout
 from agentsearch.trainer.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
+    load_reference,
     save_checkpoint,
     save_final,
+    save_reference,
+    set_rng_state,
 )
 from agentsearch.trainer.eval import eval_envs, eval_settings, evaluate
 from agentsearch.trainer.health import HealthMonitor
@@ -100,11 +102,11 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
         scored["tokens"] += sum(g.num_policy_tokens for g in groups)
         return scorer(groups)
 
-    ref_model = copy.deepcopy(model).eval() if cfg.kl_coef > 0 and not cfg.lora.enabled else None
-    step, state = 0, {"train_cumulative": 0.0, "nonfinite_steps": 0}
-    if resume and (ckpt := latest_checkpoint(run_dir)) is not None:
-        state = load_checkpoint(ckpt, model=model, optimizer=optimizer, scheduler=scheduler, replay=replay)
-        step = state["step"]
+    step, state, rng = 0, {"train_cumulative": 0.0, "nonfinite_steps": 0}, None
+    if resume and (ckpt := latest_checkpoint(run_dir)) is not None:  # its RNGs are restored last
+        state = load_checkpoint(ckpt, model=model, optimizer=optimizer, scheduler=scheduler, replay=replay,
+                                restore_rng=False)
+        step, rng = state["step"], state.pop("rng")
         sampler.load_state_dict(state["sampler"])
         health.load_state_dict(state.get("health", {}))
     sft_metrics = {}
@@ -113,10 +115,12 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
         sft_metrics = warm_start(cfg, model, tok, envs, make_envs=build_envs)
         sft_metrics["time/sft"] = time.perf_counter() - t0
         log.info("warm start: %s", ", ".join(f"{k.split('/')[-1]} {v:.4g}" for k, v in sft_metrics.items()))
+    if step == 0 and cfg.kl_coef > 0:  # the KL reference is the policy RL starts from, after the
+        save_reference(run_dir, model)  # warm start; saved once, so a resumed run reads the same one
+    reference = frozen_reference(model, load_reference(run_dir)) if cfg.kl_coef > 0 else None
     backend = build_backend(cfg, model, tok)
     events.own(backend)  # a vLLM engine shuts down with the run
-    logger = MetricsLogger(run_dir, tensorboard=cfg.tensorboard, wandb_project=cfg.wandb_project,
-                           config=json.loads(json.dumps(cfg.__dict__, default=str)))
+    logger = MetricsLogger(run_dir, tensorboard=cfg.tensorboard, wandb_project=cfg.wandb_project, config=to_dict(cfg))
     logger.truncate_after(step)
     timer = PhaseTimer(state["train_cumulative"])
     progress = Progress(cfg.steps, "train", start=step, every=5, enabled=not quiet)
@@ -129,7 +133,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
                             samples_to=run_dir / "samples" / f"step-{step}.txt", loop=events)
 
     def ref_logprobs(ids, attn, mask):
-        with adapter_disabled(model if ref_model is None else ref_model) as ref:
+        with reference_policy(reference) as ref:
             return token_logprobs(ref, ids, attn, temperature=cfg.generation.temperature, target_mask=mask)
 
     last = {}
@@ -140,14 +144,16 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
         timer.end_step()
     sampling = SamplingParams(max_new_tokens=cfg.generation.max_new_tokens, temperature=cfg.generation.temperature,
                               top_p=cfg.generation.top_p)
+    if rng is not None:  # last: building the engine reseeds (vLLM seeds python/numpy/torch at start)
+        set_rng_state(rng)
     while step < cfg.steps:
         step += 1
         # 1. generate + env + reward: all episodes of the step in one rollout
         tasks = sampler.sample(cfg.prompts_per_step)
-        sampling.seed = cfg.seed * 1_000_003 + step
+        sampling.seed = derive_seed(cfg.seed, step)  # the rollout derives each turn's and request's
         episodes, rstats = rollout(envs, tasks, backend, sampling, n_per_task=cfg.group_size,
-                                   max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len, seed=step * 7919,
-                                   loop=events)
+                                   max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len,
+                                   seed=derive_seed(cfg.seed, step, "reset"), loop=events)
         for phase in ("generate", "env", "reward"):
             timer.add(phase, rstats.metrics()[f"time/{phase}"])
         # 2. logprobs: the trainer's own logprobs become the replay state; GRPO advantages
@@ -162,7 +168,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
             selection = replay.select(score_fn, step)
         # 4. update on fresh + replayed groups
         with timer.phase("update"):
-            used = [g for g in fresh if not (cfg.dynamic_sampling and bool((g.advantages == 0).all()))]
+            used = drop_zero_signal(fresh) if cfg.dynamic_sampling else fresh
             rows = rows_of(used) + rows_of(selection.accepted, replayed=True)
             tmetrics = policy_update(model, optimizer, scheduler, rows, cfg,
                                      ref_logprobs_fn=ref_logprobs if cfg.kl_coef > 0 else None)

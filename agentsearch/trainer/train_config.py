@@ -218,8 +218,10 @@ class TrainConfig:
     """A registered loss: token-level clipped surrogate (``grpo``, GRPO/DAPO), sequence-level
     ratio (``gspo``), clipped IS weight with stop-gradient (``cispo``), or your own
     (``agentsearch.algorithms.losses.register_loss``); see ``algorithms/losses.py``."""
-    clip_low: float = 0.2
-    """Lower clip: ratios below 1 - clip_low are clipped (GSPO uses ~3e-4)."""
+    clip_low: float | None = 0.2
+    """Lower clip: ratios below 1 - clip_low are clipped (GSPO uses ~3e-4). ``none``: no lower
+    bound, only for a loss that allows it (``cispo``: MiniMax-M1 clips its IS weight from
+    above only)."""
     clip_high: float = 0.28
     """> clip_low is DAPO's clip-higher."""
     dual_clip: float | None = None
@@ -241,7 +243,8 @@ class TrainConfig:
     """Policy-token budget DAPO's overlong shaping measures (the response's own tokens,
     without prompt and observations); None = max_turns * generation.max_new_tokens."""
     kl_coef: float = 0.0
-    """KL to the reference policy (off by default; with LoRA the reference is the base model)."""
+    """KL to the reference policy: the policy RL starts from, after the warm start (kept in
+    ``RUN_DIR/reference.pt``; with LoRA a frozen copy of the adapter). 0 = off."""
     kl_kind: Literal["k1", "k2", "k3"] = "k3"
     """KL estimator (k3: unbiased, non-negative)."""
     # --- optimiser
@@ -284,7 +287,7 @@ class TrainConfig:
             problems.append("replay.k_rep must be >= 0")
         if self.replay.tau < 0:
             problems.append("replay.tau must be >= 0")
-        if self.clip_low < 0 or self.clip_high < 0:
+        if (self.clip_low is not None and self.clip_low < 0) or self.clip_high < 0:
             problems.append("clip_low/clip_high must be >= 0")
         if self.max_turns < 1:
             problems.append("max_turns must be >= 1")
@@ -306,7 +309,10 @@ class TrainConfig:
             if self.dual_clip is not None and not spec.dual_clip:
                 problems.append(f"dual_clip={self.dual_clip} is used only by loss=grpo, not {self.loss}: "
                                 "unset it (dual_clip=none)")
-            if spec.check is not None:
+            if self.clip_low is None and not spec.unbounded_low:
+                problems.append(f"clip_low=none (no lower clip) is for losses that allow it (cispo), not "
+                                f"{self.loss}: give a number (e.g. clip_low=0.2)")
+            elif spec.check is not None:
                 problems += list(spec.check(self))
         if self.dual_clip is not None and self.dual_clip <= 1:
             problems.append(f"dual_clip={self.dual_clip} must be > 1 (or none)")

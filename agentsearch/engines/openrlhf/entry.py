@@ -3,15 +3,18 @@
 OpenRLHF's own ``train_ppo_ray`` (run as ``__main__``, its parser and checks untouched) with
 agentsearch's classes in place, chosen by the settings file ``launch.py`` writes:
 
-- replay on: ``PPOTrainer`` -> ``hdr.HDRPPOTrainerActor`` (scan, ``batch - k`` fresh prompts,
-  replayed rows, ``replay/*`` logs, buffer checkpoints);
-- LoRA on: ``PolicyModelActor`` -> ``lora_sync.LoraSyncPolicyModelActor`` (merged weights to
-  vLLM under the base names; OpenRLHF 0.11's own LoRA sync fails, its issue #1349).
+- always: ``PPOTrainer`` -> ``ppo_trainer.AgentsearchPPOTrainerActor`` (replay when the
+  settings have it, ``metrics.jsonl`` in our keys, replay checkpoints per step tag);
+- LoRA on: ``PolicyModelActor`` -> ``lora_sync.LoraSyncPolicyModelActor`` (the adapter to
+  vLLM; OpenRLHF 0.11's own LoRA sync fails, its issue #1349) and ``create_vllm_engines``
+  -> ``lora_sync.create_lora_vllm_engines`` (engines with vLLM's LoRA on).
 
-``train_ppo_ray.train`` imports ``PPOTrainer`` when called and reads ``PolicyModelActor`` from
-its module globals, so replacing the attributes before the module runs is enough. The
-settings reach the (remote) trainer as ``strategy.args.agentsearch``: ``get_strategy`` is
-wrapped to attach them to the parsed arguments.
+``train_ppo_ray.train`` imports ``PPOTrainer`` when called, and the module (run fresh by
+``runpy``) takes ``PolicyModelActor`` and ``create_vllm_engines`` from their packages'
+attributes, so replacing those attributes before it runs is enough. The settings reach the
+(remote) trainer as ``strategy.args.agentsearch``: ``get_strategy`` is wrapped to attach
+them to the parsed arguments. OpenRLHF's asynchronous trainer (``--train.async_enable``) is
+refused: none of this hooks it.
 """
 
 from __future__ import annotations
@@ -30,27 +33,31 @@ def install(settings: dict) -> None:
     """Swap agentsearch's classes into OpenRLHF per ``settings`` (see the module doc)."""
     import_openrlhf()
     import openrlhf.trainer.ppo_trainer as ppo_trainer
+    import openrlhf.trainer.ray as ray_pkg
     import openrlhf.trainer.ray.ppo_actor as ppo_actor
     import openrlhf.utils as utils
+
+    from agentsearch.engines.openrlhf.ppo_trainer import AgentsearchPPOTrainerActor
 
     real_get_strategy = utils.get_strategy
 
     def get_strategy(args):
-        if getattr(args.train, "async_enable", False) and settings.get("replay"):
-            raise SystemExit("agentsearch replay runs on OpenRLHF's synchronous trainer; drop "
-                             "--train.async_enable or set train.replay.kind=none")
+        if getattr(args.train, "async_enable", False):
+            raise SystemExit("agentsearch runs OpenRLHF's synchronous trainer (its replay, logs and "
+                             "checkpoints hook that one): drop --train.async_enable")
         args.agentsearch = SimpleNamespace(**settings)
         return real_get_strategy(args)
 
     utils.get_strategy = get_strategy
-    if settings.get("replay"):
-        from agentsearch.engines.openrlhf.hdr import HDRPPOTrainerActor
-
-        ppo_trainer.PPOTrainer = HDRPPOTrainerActor
-    if settings.get("lora"):
-        from agentsearch.engines.openrlhf.lora_sync import LoraSyncPolicyModelActor
+    ppo_trainer.PPOTrainer = AgentsearchPPOTrainerActor
+    if settings.get("lora_rank"):
+        from agentsearch.engines.openrlhf.lora_sync import (
+            LoraSyncPolicyModelActor,
+            create_lora_vllm_engines,
+        )
 
         ppo_actor.PolicyModelActor = LoraSyncPolicyModelActor
+        ray_pkg.create_vllm_engines = create_lora_vllm_engines(int(settings["lora_rank"]))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,13 +15,12 @@ loss, replay, rollout sizes) plus how OpenRLHF lays the run out on the cluster. 
    OpenRLHF accepts;
 4. prints it (``--dry-run``) or runs it.
 
-Mapping: one optimizer step per rollout batch (``train.batch_size`` = the whole batch);
-``rollout.batch_size`` = ``prompts_per_step + replay.k_rep`` with replay (the step scans,
-accepts k <= k_rep groups and generates ``batch - k`` fresh prompts, so at least
-``prompts_per_step`` are fresh), ``prompts_per_step`` without; ``advantage_scale=std`` ->
-``group_norm`` (GRPO), ``none`` -> ``dr_grpo``; loss ``grpo`` -> OpenRLHF's ``ppo`` with
-``eps_clip_low_high = clip_low clip_high``, ``gspo`` -> ``gspo``; ``kl_coef`` -> KL as a loss
-(``k3``); ``steps x rollout.batch_size`` prompts are written (one episode over them).
+Mapping (every ``train.`` field, ``mapping.FIELDS``; docs/openrlhf.md has the table): one
+optimizer step per rollout batch, the local trainer's step: ``prompts_per_step`` fresh
+prompts, plus up to ``k_rep`` replayed groups when replay is on (``rollout.batch_size`` =
+``prompts_per_step + k_rep`` slots; ``train.batch_size`` = slots x group); ``steps x
+prompts_per_step`` prompts are written and the LR schedule spans ``steps``. Settings OpenRLHF
+would run differently are refused in ``preflight`` with the reason (``mapping.refusals``).
 """
 
 from __future__ import annotations
@@ -34,13 +33,22 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-from agentsearch.core.config import ConfigError, from_dict, load_preset, parse_overrides, to_dict
+from agentsearch.core.config import (
+    ConfigError,
+    dump,
+    from_dict,
+    load_preset,
+    parse_overrides,
+    to_dict,
+)
 from agentsearch.core.config import _merge as merge_dicts
+from agentsearch.engines.openrlhf.mapping import LOSSES, refusals, warmup_ratio
 from agentsearch.trainer.train_config import TrainConfig
 
 __all__ = ["OpenRLHFConfig", "load_config", "preflight", "write_prompts", "build_command",
-           "parse_openrlhf_args", "launch"]
+           "parse_openrlhf_args", "launch", "notes", "rollout_batch"]
 
 
 @dataclass
@@ -68,12 +76,20 @@ class OpenRLHFConfig:
     """DeepSpeed ZeRO stage (3 shards the weights; the LoRA sync gathers them per layer)."""
     param_dtype: str = "bf16"
     """DeepSpeed parameter dtype (``bf16`` or ``fp16``)."""
-    micro_batch_size: int = 4
-    """Sequences per actor forward/backward in the update."""
+    micro_batch_size: int | None = None
+    """Sequences per GPU per actor forward/backward in the update; None = ``train.micro_batch_size``."""
     rollout_micro_batch_size: int = 8
     """Sequences per forward when making experience (and per replay-scan forward)."""
-    eval_questions: int = 200
-    """Dev questions in the eval prompt file (0 = no evaluation)."""
+    eval_questions: int | None = None
+    """Questions in the eval prompt file: None = ``train.eval.limit`` (0 there = the whole
+    split); 0 = no evaluation."""
+    is_correction: Literal["off", "token", "seq"] = "token"
+    """OpenRLHF's train/rollout importance-sampling correction
+    (``--algo.advantage.is_correction_level``): bf16 vLLM kernels do not reproduce the
+    learner's logprobs, so sampled tokens are reweighted by ``pi_learner / pi_vllm``. The local
+    HF backend scores with the model that sampled and needs none."""
+    is_correction_mode: Literal["clip", "mask"] = "clip"
+    """``clip`` clamps the token ratio (TIS), ``mask`` drops out-of-band tokens (IcePop)."""
     extra_args: list = field(default_factory=list)
     """More ``train_ppo_ray`` arguments, passed as they are (e.g. ``["--logger.wandb.key", "..."]``)."""
 
@@ -95,6 +111,7 @@ def _replaying(cfg: OpenRLHFConfig) -> bool:
 
 
 def rollout_batch(cfg: OpenRLHFConfig) -> int:
+    """Group slots per step: ``prompts_per_step`` fresh + ``k_rep`` for replayed groups."""
     return cfg.train.prompts_per_step + (cfg.train.replay.k_rep if _replaying(cfg) else 0)
 
 
@@ -111,13 +128,16 @@ def preflight(cfg: OpenRLHFConfig) -> None:
     if t.env not in gymnasium.registry:
         known = sorted(k for k in gymnasium.registry if k.startswith("agentsearch/"))
         raise ConfigError(f"train.env={t.env!r} is not a registered env; agentsearch's are {known}")
-    if t.loss not in ("grpo", "gspo"):
-        raise ConfigError(f"train.loss={t.loss!r}: OpenRLHF has the ppo-clip (grpo) and gspo losses")
-    if t.kl_coef > 0 and _replaying(cfg):
-        raise ConfigError("replay on OpenRLHF needs train.kl_coef=0: OpenRLHF puts the KL penalty "
-                          "into per-token rewards, which a replayed group's stored advantages lack")
-    if _replaying(cfg) and t.replay.k_rep >= rollout_batch(cfg):
-        raise ConfigError("train.replay.k_rep must leave at least one fresh prompt per step")
+    from agentsearch.engines.openrlhf.executor import check_env_supported
+
+    try:
+        check_env_supported(t.env)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    refused = refusals(t, cfg.extra_args)
+    if refused:
+        raise ConfigError("OpenRLHF would run these differently from the local trainer:\n  - "
+                          + "\n  - ".join(refused))
     index = str(t.env_kwargs.get("index") or "")
     if index.startswith(("http://", "https://")):
         from agentsearch.retrievers.client import RemoteRetriever
@@ -160,7 +180,7 @@ def model_path(cfg: OpenRLHFConfig, run: Path, *, write: bool) -> str:
 
 
 def write_prompts(cfg: OpenRLHFConfig, run: Path) -> tuple[Path, Path | None]:
-    """The train (``steps x batch`` prompts, cycling the split) and eval prompt files."""
+    """The train (``steps x prompts_per_step`` prompts, cycling the split) and eval prompt files."""
     from agentsearch.engines.openrlhf.executor import task_label
     from agentsearch.trainer.setup import TaskSampler, build_envs
 
@@ -173,16 +193,27 @@ def write_prompts(cfg: OpenRLHFConfig, run: Path) -> tuple[Path, Path | None]:
                                                        max_new_tokens=t.generation.max_new_tokens)}) + "\n"
                        for task in tasks)
 
-    tasks = TaskSampler(build_envs(t, 1, split="train")[0].tasks, t.seed).sample(t.steps * rollout_batch(cfg))
+    tasks = TaskSampler(build_envs(t, 1, split="train")[0].tasks, t.seed).sample(t.steps * t.prompts_per_step)
     train = run / "train.jsonl"
     train.write_text(rows(tasks))
-    if cfg.eval_questions <= 0:
+    limit = t.eval.limit if cfg.eval_questions is None else cfg.eval_questions
+    if cfg.eval_questions == 0:
         return train, None
-    questions = t.eval.questions
-    dev = build_envs(t, 1, split=t.eval.split, questions=questions)[0].tasks[: cfg.eval_questions]
+    dev = build_envs(t, 1, split=t.eval.split, questions=t.eval.questions)[0].tasks
+    dev = dev[:limit] if limit else dev
     evalf = run / "eval.jsonl"
     evalf.write_text(rows(dev))
     return train, evalf
+
+
+def local_adam_betas() -> tuple[float, float]:
+    """The local trainer's AdamW betas, read from ``make_optimizer`` itself (its source is
+    part of the shipped base model's fingerprint, so it is not edited to export them)."""
+    import torch
+
+    from agentsearch.algorithms.optim import make_optimizer
+
+    return tuple(make_optimizer(torch.nn.Linear(1, 1), 1.0)[0].defaults["betas"])
 
 
 def openrlhf_arguments(cfg: OpenRLHFConfig, run: Path, model: str, train: Path,
@@ -195,35 +226,45 @@ def openrlhf_arguments(cfg: OpenRLHFConfig, run: Path, model: str, train: Path,
     args = {
         "--actor.model_name_or_path": model, "--train.agent_func_path": AGENT_FUNC_PATH,
         "--data.prompt_dataset": str(train), "--data.input_key": "prompt", "--data.label_key": "label",
-        "--data.max_samples": str(t.steps * batch), "--data.max_len": str(t.max_seq_len),
+        "--data.max_samples": str(t.steps * t.prompts_per_step), "--data.max_len": str(t.max_seq_len),
         "--rollout.batch_size": str(batch), "--rollout.n_samples_per_prompt": str(t.group_size),
         "--rollout.micro_batch_size": str(cfg.rollout_micro_batch_size),
         "--rollout.max_new_tokens": str(t.generation.max_new_tokens),
         "--rollout.temperature": str(t.generation.temperature), "--rollout.top_p": str(t.generation.top_p),
-        "--train.batch_size": str(batch * t.group_size), "--train.micro_batch_size": str(cfg.micro_batch_size),
+        "--train.batch_size": str(batch * t.group_size),
+        "--train.micro_batch_size": str(cfg.micro_batch_size or t.micro_batch_size),
         "--train.num_episodes": "1", "--train.max_epochs": "1", "--train.seed": str(t.seed),
         "--algo.advantage.estimator": "group_norm" if t.advantage_scale == "std" else "dr_grpo",
-        "--actor.policy_loss_type": "gspo" if t.loss == "gspo" else "ppo",
+        "--algo.advantage.is_correction_level": cfg.is_correction,
+        "--algo.advantage.is_correction_mode": cfg.is_correction_mode,
+        "--actor.policy_loss_type": LOSSES[t.loss],
         "--actor.loss_agg_mode": "token-mean" if t.agg == "token" else "seq-mean-token-mean",
         "--actor.adam.lr": str(t.lr), "--actor.adam.weight_decay": str(t.weight_decay),
+        "--actor.lr_scheduler": "constant_with_warmup",
+        "--actor.lr_warmup_ratio": repr(warmup_ratio(t.warmup_steps, t.steps)),
         "--actor.max_norm": str(t.grad_clip),
-        "--algo.kl.init_coef": str(t.kl_coef), "--algo.kl.estimator": "k3" if t.kl_coef > 0 else "k1",
+        "--algo.kl.init_coef": str(t.kl_coef), "--algo.kl.estimator": t.kl_kind if t.kl_coef > 0 else "k1",
         "--actor.num_nodes": str(cfg.num_nodes), "--actor.num_gpus_per_node": str(cfg.gpus_per_node),
         "--ref.num_nodes": str(cfg.num_nodes), "--ref.num_gpus_per_node": str(cfg.gpus_per_node),
         "--vllm.num_engines": str(cfg.vllm_engines), "--vllm.tensor_parallel_size": str(cfg.vllm_tensor_parallel),
         "--vllm.gpu_memory_utilization": str(cfg.vllm_gpu_memory_utilization),
         "--ds.zero_stage": str(cfg.zero_stage), "--ds.param_dtype": cfg.param_dtype,
         "--ckpt.path": str(run / "ckpt"), "--ckpt.output_dir": str(run / "final"),
-        "--ckpt.save_steps": str(t.checkpoint_every), "--logger.tensorboard_dir": str(run / "tb"),
+        "--ckpt.save_steps": str(t.checkpoint_every),
     }
     argv = [x for kv in args.items() for x in kv]
-    argv += ["--actor.eps_clip_low_high", str(t.clip_low), str(t.clip_high)]
+    argv += ["--actor.eps_clip_low_high", str(t.clip_low), str(t.clip_high),
+             "--actor.adam.betas", *(str(b) for b in local_adam_betas()), "--ckpt.load_enable"]
     if t.kl_coef > 0:
-        argv.append("--algo.kl.use_loss")
+        argv.append("--algo.kl.use_loss")  # KL as a loss: the rewards (and stored advantages) stay KL-free
     if t.dual_clip is not None:
         argv += ["--actor.dual_clip", str(t.dual_clip)]
-    if t.dynamic_sampling:
-        argv.append("--algo.dynamic_filtering_enable")
+    if t.generation.vllm_enforce_eager:
+        argv.append("--vllm.enforce_eager")
+    if t.tensorboard:
+        argv += ["--logger.tensorboard_dir", str(run / "tb")]
+    if t.wandb_project:
+        argv += ["--logger.wandb.project", t.wandb_project]
     if t.lora.enabled:
         argv += ["--ds.lora.rank", str(t.lora.r), "--ds.lora.alpha", str(t.lora.alpha),
                  "--ds.lora.dropout", str(t.lora.dropout), "--ds.lora.target_modules", *t.lora.target_modules]
@@ -244,7 +285,9 @@ def settings(cfg: OpenRLHFConfig) -> dict:
         "kind": r.kind, "capacity": r.capacity, "k_rep": r.k_rep, "tau": r.tau, "scan_chunk": r.scan_chunk,
         "headroom_weighting": r.headroom_weighting, "drift_kind": r.drift_kind,
         "success_threshold": r.success_threshold, "seed": cfg.train.seed}
-    return {"replay": replay, "lora": cfg.train.lora.enabled, "config": to_dict(cfg)}
+    return {"replay": replay, "lora_rank": cfg.train.lora.r if cfg.train.lora.enabled else 0,
+            "fresh_per_step": cfg.train.prompts_per_step, "out": str(Path(cfg.out).resolve()),
+            "config": to_dict(cfg)}
 
 
 def build_command(cfg: OpenRLHFConfig, *, write: bool = True) -> list[str]:
@@ -253,6 +296,7 @@ def build_command(cfg: OpenRLHFConfig, *, write: bool = True) -> list[str]:
     run.mkdir(parents=True, exist_ok=True)
     train, evalf = write_prompts(cfg, run)
     (run / "agentsearch.json").write_text(json.dumps(settings(cfg), indent=1, default=str))
+    dump(cfg.train, run / "config.yaml")  # what `agentsearch pareto` labels the run by
     argv = openrlhf_arguments(cfg, run, model_path(cfg, run, write=write), train, evalf)
     return [sys.executable, "-m", "agentsearch.engines.openrlhf.entry",
             "--agentsearch-config", str(run / "agentsearch.json"), *argv]
@@ -307,8 +351,20 @@ def parse_openrlhf_args(argv: list[str]):
     raise ConfigError("train_ppo_ray ran to the end without reaching get_strategy")
 
 
+def notes(cfg: OpenRLHFConfig) -> list[str]:
+    """Fields the launch replaces by an OpenRLHF-level setting (printed, never silent)."""
+    t, out = cfg.train, []
+    if t.dtype not in ("auto", {"bf16": "bfloat16"}.get(cfg.param_dtype, cfg.param_dtype)):
+        out.append(f"train.dtype={t.dtype} is replaced by param_dtype={cfg.param_dtype} (DeepSpeed mixed precision)")
+    if cfg.micro_batch_size and cfg.micro_batch_size != t.micro_batch_size:
+        out.append(f"train.micro_batch_size={t.micro_batch_size} is replaced by micro_batch_size={cfg.micro_batch_size}")
+    return out
+
+
 def launch(cfg: OpenRLHFConfig, *, dry_run: bool = False) -> int:
     preflight(cfg)
+    for line in notes(cfg):
+        print(f"note: {line}", file=sys.stderr)
     cmd = build_command(cfg, write=not dry_run)
     entry = cmd.index("--agentsearch-config")
     parse_openrlhf_args(cmd[entry + 2:])

