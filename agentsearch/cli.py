@@ -131,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--n", type=int, default=None,
                    help="samples per question (Mean@n, Best@n); default: the run's eval.n")
     s.add_argument("--limit", type=int, default=None,
-                   help="evaluate the first N questions (0 = all); default: the run's eval.limit")
+                   help="evaluate N questions (0 = all; a multi-source file is sampled per source, "
+                        "eval.per_source); default: the run's eval.limit")
     s.add_argument("overrides", nargs="*", help="key=value overrides")
     s.set_defaults(fn=cmd_eval)
 
@@ -144,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("overrides", nargs="*", help="key=value overrides")
     s.set_defaults(fn=cmd_diagnose)
 
-    s = sub.add_parser("index", help="build a retrieval index")
+    s = sub.add_parser("index", help="build a retrieval index, or adopt a Search-R1 one")
     isub = s.add_subparsers(dest="index_command", metavar="ACTION")
     b = isub.add_parser("build", help="index a corpus.jsonl")
     b.add_argument("--corpus", required=True, help="JSONL rows {id, contents}")
@@ -153,18 +154,48 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", required=True, help="index folder to write")
     b.add_argument("--encoder", default=None, help="dense encoder (default offline all-MiniLM-L6-v2)")
     b.add_argument("--batch-size", type=int, default=64)
+    b.add_argument("--device", default="auto",
+                   help="where the dense encoder runs: cpu, cuda, cuda:N or auto (cuda when torch sees a GPU)")
     b.add_argument("--threads", type=int, default=None, help="worker threads (default: all cores)")
     b.add_argument("--vectors-from", default=None,
                    help="dense-flat index whose vectors to reuse (dense-hnsw/dense-ivf)")
+    b = isub.add_parser("adopt", help="wrap a Search-R1 index (FAISS file or Pyserini folder) as an "
+                                      "index folder that `agentsearch serve` opens")
+    src = b.add_mutually_exclusive_group(required=True)
+    src.add_argument("--faiss", help="Search-R1's FAISS file (e5_Flat.index, e5_HNSW64.index)")
+    src.add_argument("--lucene", help="Search-R1's Pyserini/Lucene BM25 index folder (bm25/)")
+    b.add_argument("--corpus", required=True,
+                   help="the corpus jsonl the index was built from (wiki-18.jsonl), rows in index order")
+    b.add_argument("--encoder", default=None,
+                   help="--faiss: the encoder the vectors came from, a HF name or folder (intfloat/e5-base-v2)")
+    b.add_argument("--pooling", choices=["mean", "cls"], default="mean",
+                   help="--faiss: the encoder's pooling (Search-R1 uses mean)")
+    b.add_argument("--max-length", type=int, default=256, help="--faiss: query tokens (Search-R1: 256)")
+    b.add_argument("--query-prefix", default=None,
+                   help="--faiss: text before each query (default Search-R1's rule: 'query: ' for e5, "
+                        "the bge instruction for bge, else none)")
+    b.add_argument("--passage-prefix", default=None, help="--faiss: recorded passage prefix (e5: 'passage: ')")
+    b.add_argument("--out", default=None, help="index folder to write (default: beside the source, "
+                                               "NAME-agentsearch)")
+    b.add_argument("--copy", action="store_true",
+                   help="copy the FAISS file / Lucene folder into --out instead of linking to it")
     s.set_defaults(fn=cmd_index)
 
     s = sub.add_parser("serve", help="serve an index over HTTP (Search-R1 /retrieve protocol)")
     s.add_argument("--index", required=True, nargs="+", help="index folder(s); two = hybrid (RRF)")
     s.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
     s.add_argument("--port", type=int, default=8000)
-    s.add_argument("--max-queries", type=int, default=256, help="queries per request cap")
+    s.add_argument("--device", default="cpu",
+                   help="where dense queries are encoded: cpu, cuda, cuda:N or auto; cuda also puts a "
+                        "Flat/IVF FAISS index on the GPU when FAISS has GPU support")
+    s.add_argument("--max-queries", type=int, default=16384,
+                   help="queries per request cap (Search-R1 sends a whole turn: 512 x 5 = 2,560)")
     s.add_argument("--max-topk", type=int, default=100, help="topk cap")
     s.add_argument("--max-query-chars", type=int, default=4096, help="characters per query cap")
+    s.add_argument("--max-body-mb", type=float, default=64, help="request body cap in MiB")
+    s.add_argument("--search-batch", type=int, default=256,
+                   help="queries per internal search call: a large request is searched in chunks "
+                        "of this size, which bounds the search's memory")
     s.add_argument("--batch-window-ms", type=float, default=0.0,
                    help="coalesce concurrent requests into one search (helps dense indexes "
                         "with one-query-per-request clients)")
@@ -231,11 +262,15 @@ def main(argv: list[str] | None = None) -> int:
     if a.command == "index" and not a.index_command:
         parser.parse_args(["index", "--help"])
     from agentsearch.core.config import ConfigError
+    from agentsearch.retrievers.base import RetrieverError
 
     try:
         return a.fn(a) or 0
-    except (ConfigError, FileNotFoundError, FileExistsError) as e:
+    except (ConfigError, FileNotFoundError, FileExistsError, RetrieverError) as e:
         print(f"agentsearch {a.command}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # e.g. a model or encoder missing from the offline cache
+        print(f"agentsearch {a.command}: error: {type(e).__name__}: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -26,7 +26,10 @@ def test_search_r1_parquet(tmp_path):
     pq.write_table(pa.Table.from_pylist(rows2), tmp_path / "verl.parquet")
     got2 = load_questions(tmp_path / "verl.parquet")
     assert got2[0]["golden_answers"] == ["Wilhelm Conrad Röntgen"]
-    assert "Question: who got" in got2[0]["question"]
+    # the question is the prompt's text after "Question:" (the instruction is not kept twice),
+    # and the prompt itself is kept for SearchEnv(prompt_source="parquet")
+    assert got2[0]["question"] == "who got the first nobel prize in physics?"
+    assert got[0]["prompt"] == got2[0]["prompt"] == rows[0]["prompt"]
 
 
 def test_jsonl_questions_and_bad_rows(tmp_path):

@@ -228,3 +228,18 @@ def test_close_inside_a_running_loop_does_not_block_it(tok):
 
     asyncio.run(on_another_loop())
     assert [tag for tag, _ in CLOSED] == ["same", "other"]
+
+
+def test_envs_that_need_the_policy_tokenizer_get_it():
+    """`chat_template: policy` / `max_obs_tokens` envs (the search-r1 presets) need the policy's
+    tokenizer; the executor used to build them without one ("pass tokenizer=")."""
+    from agentsearch.engines.openrlhf.executor import AgentExecutor, parse_label, task_label
+    from agentsearch.models import load_tokenizer
+
+    tok = load_tokenizer("tiny")
+    label = task_label("agentsearch/Search-v0", {"max_obs_tokens": 50, "question_types": None},
+                       {"question": "q", "golden_answers": ["a"]}, max_turns=2, max_new_tokens=8)
+    ex = AgentExecutor()
+    _, env = ex._acquire(parse_label(label), tok)
+    assert env.tokenizer is tok
+    ex.close()

@@ -128,14 +128,20 @@ def test_every_shipped_openrlhf_preset_dry_runs(tmp_path, world_path, capsys):
     from agentsearch.engines.openrlhf.launch import launch, load_config
     from agentsearch.retrievers import load_retriever, serve_in_thread, world_index
 
+    from test_search_r1_data import _parquet, _rows
+
     presets = sorted(p.stem for d in PRESET_DIRS for p in d.glob("openrlhf-*.yaml"))
     assert {"openrlhf-tiny", "openrlhf-search-r1"} <= set(presets)
+    # Search-R1's parquet layout; the paper preset's policy tokenizer (chat_template: policy,
+    # max_obs_tokens) is Qwen2.5's, not on this machine: the tiny base's stands in for it
+    train = _parquet(tmp_path / "train.parquet", _rows(world_path, 6, 6, "train"), with_question=True)
+    test = _parquet(tmp_path / "test.parquet", _rows(world_path, 3, 3, "test"), with_question=True)
+    offline = {"openrlhf-search-r1": ["train.model=tiny-base"]}
     with serve_in_thread(load_retriever(world_index(seed=0, kind="bm25s"))) as url:
         for name in presets:
-            cfg = load_config(name, [f"out={tmp_path / name}", "eval_questions=5",
-                                     f"train.env_kwargs.index={url}",
-                                     f"train.env_kwargs.questions={world_path / 'train.jsonl'}",
-                                     f"train.eval.questions={world_path / 'dev.jsonl'}"])
+            cfg = load_config(name, [f"out={tmp_path / name}", "eval_questions=5", f"train.env_kwargs.index={url}",
+                                     f"train.env_kwargs.questions={train}", f"train.eval.questions={test}",
+                                     *offline.get(name, [])])
             assert launch(cfg, dry_run=True) == 0, name
     out = capsys.readouterr().out
     assert out.count("agentsearch.engines.openrlhf.entry") == len(presets)
@@ -144,23 +150,23 @@ def test_every_shipped_openrlhf_preset_dry_runs(tmp_path, world_path, capsys):
 def test_parsed_arguments_match_the_local_algorithm_field_by_field(tmp_path):
     import math
 
-    from agentsearch.engines.openrlhf.launch import (
-        build_command,
-        local_adam_betas,
-        parse_openrlhf_args,
-    )
+    from agentsearch.engines.openrlhf.launch import build_command, parse_openrlhf_args
 
     cfg = _launch_cfg(tmp_path, "micro_batch_size=null", "train.lr=2e-5",
                       "train.weight_decay=0.01", "train.warmup_steps=3", "train.steps=30", "train.grad_clip=0.5",
                       "train.clip_low=0.1", "train.clip_high=0.3", "train.dual_clip=3.0",
                       "train.agg=sequence", "train.kl_coef=0", "train.advantage_scale=none", "train.seed=7",
-                      "train.micro_batch_size=4", "train.checkpoint_every=5", "train.group_size=4")
+                      "train.micro_batch_size=4", "train.checkpoint_every=5", "train.group_size=4",
+                      "train.adam_betas=[0.9, 0.999]", "train.entropy_coef=0.001", "train.update_epochs=2",
+                      "train.replay.kind=none", "train.update_minibatch_size=16")
     a = parse_openrlhf_args(build_command(cfg, write=False)[5:])
     t = cfg.train
     assert (a.actor.adam.lr, a.actor.adam.weight_decay, a.actor.max_norm) == (t.lr, t.weight_decay, t.grad_clip)
-    assert tuple(a.actor.adam.betas) == local_adam_betas() == (0.9, 0.99)
+    assert list(a.actor.adam.betas) == t.adam_betas == [0.9, 0.999]
+    assert a.actor.entropy_coef == 0.001 and a.train.max_epochs == 2 and a.train.batch_size == 16
     assert a.actor.lr_scheduler == "constant_with_warmup"
-    assert math.ceil(t.steps * a.actor.lr_warmup_ratio) == t.warmup_steps  # OpenRLHF's warmup count
+    # OpenRLHF's warmup, in optimizer steps: 8 prompts x 4 samples / 16 rows x 2 epochs = 4 a step
+    assert math.ceil(t.steps * 4 * a.actor.lr_warmup_ratio) == t.warmup_steps * 4
     assert a.actor.eps_clip_low_high == [0.1, 0.3] and a.actor.dual_clip == 3.0
     assert a.actor.policy_loss_type == "ppo" and a.actor.loss_agg_mode == "seq-mean-token-mean"
     assert a.algo.advantage.estimator == "dr_grpo" and a.train.seed == 7 and a.rollout.n_samples_per_prompt == 4
@@ -185,7 +191,7 @@ def test_every_train_field_is_mapped_or_refused_and_documented():
     assert not missing, f"TrainConfig fields the OpenRLHF launch says nothing about: {missing}"
     assert not [k for k in FIELDS if k != "sft.*" and k not in fields], "stale entries in mapping.FIELDS"
     doc = (Path(__file__).resolve().parent.parent / "docs" / "openrlhf.md").read_text()
-    assert table() in doc, "docs/openrlhf.md's field table is not mapping.table() (paste it)"
+    assert table() in doc, "docs/openrlhf.md is stale: python scripts/config_reference.py --write"
 
 
 @pytest.mark.parametrize("override, words", [
@@ -276,3 +282,15 @@ def test_adapter_state_is_the_peft_adapter_and_vllm_ranks(tmp_path):
     with torch.no_grad():
         assert torch.equal(loaded(ids).logits, peft(ids).logits)
     assert (vllm_lora_rank(4), vllm_lora_rank(16), vllm_lora_rank(17)) == (8, 16, 32)
+
+
+def test_launch_accepts_search_r1s_own_retrieval_server(tmp_path):
+    """Search-R1's retrieval_server.py has no /health: the preflight used to refuse it."""
+    from search_r1_stub import search_r1_server
+
+    from agentsearch.engines.openrlhf.launch import preflight
+    from agentsearch.retrievers import load_retriever, world_index
+
+    with search_r1_server(load_retriever(world_index(seed=0, kind="bm25s"))) as (url, seen):
+        preflight(_launch_cfg(tmp_path, f"train.env_kwargs.index={url}"))
+    assert seen and set(seen[0]) == {"queries", "topk", "return_scores"}

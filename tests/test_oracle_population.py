@@ -78,7 +78,7 @@ def test_question_types_filter_the_tasks_and_say_when_nothing_matches():
     env = SearchEnv(split="dev", question_types=("single", "bridge"))
     assert env.tasks and {t["type"] for t in env.tasks} == {"single", "bridge"}
     assert len(env.tasks) >= 400  # the demo's dev set: >= 400 questions without comparisons
-    with pytest.raises(ValueError, match="matches no task"):
+    with pytest.raises(ValueError, match="matches no question"):
         _ = SearchEnv(split="dev", question_types=("trivia",)).tasks
 
 

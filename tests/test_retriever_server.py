@@ -87,8 +87,7 @@ def test_health(url):
     (b'{"queries": ["x"], "topk": "3"}', 422, "positive integer"),
     (b'{"queries": ["x"], "return_scores": "yes"}', 422, "true or false"),
     (json.dumps({"queries": ["q " * 51_200]}).encode(), 413, "characters"),    # 100 KB query
-    (json.dumps({"queries": ["q"] * 300}).encode(), 413, "--max-queries"),
-    (b'{"queries": ["' + b"x" * (5 << 20) + b'"]}', 413, "byte limit"),         # 5 MB body
+    (json.dumps({"queries": ["q"] * 16_385}).encode(), 413, "--max-queries"),
 ])
 def test_bad_requests_get_4xx_and_server_keeps_serving(url, body, status, words):
     r = httpx.post(url + "/retrieve", content=body, timeout=10)
@@ -247,3 +246,69 @@ def test_one_event_loop_per_run_opens_one_http_client_and_closes_it(url, httpx_c
     assert len(made) == 1 and made[0].is_closed and retriever._aclient is None
     with pytest.raises(RuntimeError, match="closed"):
         rollout(envs, tasks[:1], backend, SamplingParams(), loop=events)
+
+
+# -- Search-R1-sized requests (issue 26) ------------------------------------------------------
+def _serve_args(*flags: str):
+    """``agentsearch serve`` arguments as the command line parses them (its defaults)."""
+    from agentsearch.cli import build_parser
+
+    return build_parser().parse_args(["serve", "--index", str(world_index(seed=0, kind="bm25s")), *flags])
+
+
+def test_search_r1_turn_in_one_request_with_default_settings(local, world_path):
+    """Search-R1's generation.py posts a whole turn (512 prompts x 5 = 2,560 queries) in ONE
+    request; the old default cap (256) answered 413 and its trainer died on KeyError: 'result'."""
+    from agentsearch.retrievers.server import app_from_args
+
+    requests = pytest.importorskip("requests")  # Search-R1's own HTTP client
+    queries = [q["question"] for q in read_jsonl(world_path / "train.jsonl")][:2560]
+    assert len(set(queries)) == 2560
+    app, _ = app_from_args(_serve_args())
+    with serve_in_thread(app) as u:
+        t = time.perf_counter()
+        r = requests.post(u + "/retrieve", json={"queries": queries, "topk": 3, "return_scores": True})
+        seconds = time.perf_counter() - t
+    assert r.status_code == 200, r.text[:300]
+    result = r.json()["result"]
+    expected = local.search(queries, 3)
+    assert len(result) == 2560
+    assert [[it["document"] for it in items] for items in result] == [
+        [{"id": h.doc_id, "contents": h.contents} for h in hits] for hits in expected]
+    assert [[it["score"] for it in items] for items in result] == [[h.score for h in hits] for hits in expected]
+    print(f"2,560-query request: {seconds:.2f} s, {len(r.content) / 1e6:.1f} MB answer")
+
+
+class _CountingRetriever:
+    def __init__(self):
+        self.calls = []
+
+    async def asearch(self, queries, k=3):
+        self.calls.append(len(queries))
+        return [[Hit(q, f'"{q}"\n', 1.0)] for q in queries]
+
+
+def test_a_large_request_is_searched_in_chunks():
+    from agentsearch.retrievers.server import Limits, create_app
+
+    inner = _CountingRetriever()
+    queries = [f"q{i}" for i in range(2560)]
+    with serve_in_thread(create_app(inner, Limits())) as u:
+        r = httpx.post(u + "/retrieve", json={"queries": queries, "topk": 3, "return_scores": True}, timeout=30)
+        limits = httpx.get(u + "/health").json()["limits"]
+    assert r.status_code == 200 and [x[0]["document"]["id"] for x in r.json()["result"]] == queries
+    assert inner.calls == [256] * 10  # the search's memory is that of 256 queries at a time
+    assert limits["max_queries"] >= 2560 and limits["max_body_bytes"] == 64 << 20
+
+
+def test_max_body_mb_flag_and_oversized_bodies_get_413():
+    from agentsearch.retrievers.server import app_from_args
+
+    app, _ = app_from_args(_serve_args("--max-body-mb", "1", "--search-batch", "64"))
+    with serve_in_thread(app) as u:
+        big = b'{"queries": ["' + b"x" * (2 << 20) + b'"]}'  # 2 MB
+        r = httpx.post(u + "/retrieve", content=big, timeout=10)
+        assert r.status_code == 413 and "--max-body-mb" in r.json()["detail"]
+        ok = httpx.post(u + "/retrieve", json={"queries": ["born"] * 1000, "topk": 1}, timeout=30)
+        assert ok.status_code == 200 and len(ok.json()["result"]) == 1000
+        assert httpx.get(u + "/health").json()["limits"]["max_body_bytes"] == 1 << 20

@@ -12,21 +12,24 @@ from agentsearch.data import read_jsonl
 from agentsearch.retrievers import RetrieverError, build_index, load_retriever, world_index
 
 
-@pytest.fixture(scope="module")
-def tiny_encoder(tmp_path_factory):
-    """A random 32-d BERT with MiniLM's tokenizer: encodes in milliseconds."""
+def save_tiny_encoder(d, max_positions: int = 128) -> str:
+    """A random 32-d BERT with MiniLM's tokenizer, saved to folder ``d``: encodes in milliseconds."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
     from agentsearch.retrievers.encoder import resolve_encoder
 
-    d = tmp_path_factory.mktemp("enc") / "tiny-e5-bert"
     torch.manual_seed(0)
     cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=128)
+                     intermediate_size=64, max_position_embeddings=max_positions)
     BertModel(cfg).save_pretrained(d)
     AutoTokenizer.from_pretrained(resolve_encoder(None)[1]).save_pretrained(d)
     return str(d)
+
+
+@pytest.fixture(scope="module")
+def tiny_encoder(tmp_path_factory):
+    return save_tiny_encoder(tmp_path_factory.mktemp("enc") / "tiny-e5-bert")
 
 
 @pytest.fixture(scope="module")

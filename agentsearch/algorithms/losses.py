@@ -42,7 +42,7 @@ import torch
 
 from agentsearch.core.registry import Registry
 
-__all__ = ["LossStats", "policy_loss", "grpo_loss", "gspo_loss", "cispo_loss", "kl_penalty",
+__all__ = ["LossStats", "policy_loss", "grpo_loss", "gspo_loss", "cispo_loss", "kl_penalty", "entropy_bonus",
            "overlong_penalty", "sft_loss", "masked_mean", "aggregation",
            "loss_normalizer", "LossSpec", "register_loss", "unregister_loss", "loss_spec",
            "loss_names"]
@@ -276,6 +276,14 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.T
     else:
         raise ValueError(f"kl kind {kind!r}: use k1, k2 or k3")
     return _aggregate(per, mask, unit, normalizer)
+
+
+def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, *, unit: Unit = "token",
+                  normalizer: float | None = None) -> torch.Tensor:
+    """The policy's entropy over masked tokens, aggregated like the loss: [B, T] -> scalar.
+    The loss subtracts ``entropy_coef`` times it (verl's ``entropy_coeff``, OpenRLHF's
+    ``entropy_coef``): a bonus for keeping the distribution spread."""
+    return _aggregate(entropy, mask, unit, normalizer)
 
 
 def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int, factor: float = 1.0) -> torch.Tensor:

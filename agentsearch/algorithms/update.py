@@ -1,11 +1,16 @@
-"""One optimizer step on a list of groups (fresh + replayed), with gradient accumulation.
+"""The update on a step's groups (fresh + replayed): one optimizer step, or several.
 
-Rows of all groups are flattened, sorted by length (less padding), and cut into
+By default the step's rows make one optimizer step. ``update_minibatch_size`` cuts them, in
+order, into mini-batches of that many rows, one optimizer step each, and
+``update_epochs`` repeats the passes (PPO's reuse of a costly batch; Search-R1/verl's
+``ppo_mini_batch_size`` and ``ppo_epochs``); the LR schedule steps once per call either way.
+Within an optimizer step, rows are sorted by length (less padding) and cut into
 micro-batches of ``micro_batch_size`` rows. Each micro-batch's loss is normalised by the
 *whole step's* token (or sequence) count (``losses.loss_normalizer``: which one depends on
 the loss and ``agg``), and so is the KL term, aggregated in the loss's own unit (a token
 mean, or a mean of sequence means), so accumulating the micro-batch gradients gives exactly
-the gradient of the full-batch loss. A non-finite loss
+the gradient of the full-batch loss; an entropy bonus (``entropy_coef``) is aggregated the
+same way. A non-finite loss
 or gradient skips the optimizer step (weights unchanged), and the skip is logged and
 counted. A step without signal (every row's advantage is 0 and no KL term) is skipped
 before any forward pass: Adam's momentum would otherwise move the weights on nothing.
@@ -19,11 +24,17 @@ from dataclasses import dataclass
 
 import torch
 
-from agentsearch.algorithms.losses import aggregation, kl_penalty, loss_normalizer, loss_spec
+from agentsearch.algorithms.losses import (
+    aggregation,
+    entropy_bonus,
+    kl_penalty,
+    loss_normalizer,
+    loss_spec,
+)
 from agentsearch.models.logprobs import batch_pixels, token_logprobs
 from agentsearch.replay import ReplayGroup
 
-__all__ = ["Row", "rows_of", "pad_rows", "policy_update"]
+__all__ = ["Row", "rows_of", "pad_rows", "policy_update", "minibatches"]
 
 
 @dataclass
@@ -67,35 +78,72 @@ def pad_rows(rows: Sequence[Row], device) -> dict[str, torch.Tensor]:
 
 def has_signal(rows: Sequence[Row], kl_on: bool) -> bool:
     """Whether a step on ``rows`` has a gradient: a nonzero advantage on a row with policy
-    tokens, or a KL term (which pulls toward the reference whatever the advantages)."""
+    tokens, or a KL or entropy term (``kl_on``: they pull whatever the advantages)."""
     return kl_on or any(r.adv != 0.0 and bool(r.mask.any()) for r in rows)
+
+
+def minibatches(rows: Sequence[Row], size: int | None) -> list[list[Row]]:
+    """``rows`` in order, cut into mini-batches of ``size`` (None or >= len: one)."""
+    rows = list(rows)
+    if not size or size >= len(rows):
+        return [rows]
+    return [rows[i:i + size] for i in range(0, len(rows), size)]
 
 
 def policy_update(model, optimizer, scheduler, rows: Sequence[Row], cfg, *,
                   ref_logprobs_fn: Callable | None = None) -> dict[str, float]:
-    """Accumulate the policy loss over micro-batches and take one optimizer step.
+    """The update on ``rows``: ``update_epochs`` passes of ``update_minibatch_size``-row
+    mini-batches, one optimizer step each (by default one step on all rows).
 
-    ``cfg`` is a ``TrainConfig`` (loss: any name registered with ``losses.register_loss``; clips, aggregation, micro_batch_size, kl, grad_clip).
+    ``cfg`` is a ``TrainConfig`` (loss: any name registered with ``losses.register_loss``;
+    clips, aggregation, micro_batch_size, kl, entropy, grad_clip, the mini-batching).
     ``ref_logprobs_fn(ids, attn, mask) -> [B, T]`` gives reference logprobs for the KL term.
-    Returns ``train/*`` metrics; ``train/skipped`` is 1 when the step was skipped, and
-    ``train/skipped_no_signal`` is 1 when that was for lack of signal (no rows, or every
-    advantage 0 without a KL term): then neither the optimizer nor the scheduler steps.
+    Returns ``train/*`` metrics (means over the optimizer steps; ``train/grad_norm`` the
+    last; ``train/optimizer_steps``); ``train/skipped`` is 1 when no optimizer step was
+    taken, and ``train/skipped_no_signal`` is 1 when that was for lack of signal (no rows,
+    or every advantage 0 without a KL term): then neither the optimizer nor the scheduler
+    steps.
     """
+    kl_on = cfg.kl_coef > 0 and ref_logprobs_fn is not None
+    pull = kl_on or float(getattr(cfg, "entropy_coef", 0.0)) > 0  # terms with a gradient whatever the advantages
+    if not rows:
+        return {"train/skipped": 1.0, "train/empty_batch": 1.0, "train/skipped_no_signal": 1.0}
+    if not has_signal(rows, pull):
+        return {"train/skipped": 1.0, "train/skipped_no_signal": 1.0, "train/nonfinite": 0.0,
+                "train/rows": float(len(rows))}
+    steps = [_optimizer_step(model, optimizer, mb, cfg, kl_on, ref_logprobs_fn)
+             for _ in range(max(1, int(getattr(cfg, "update_epochs", 1))))
+             for mb in minibatches(rows, getattr(cfg, "update_minibatch_size", None))
+             if has_signal(mb, pull)]
+    taken = [s for s in steps if not s["train/skipped"]]
+    if not taken:  # every step non-finite: weights unchanged
+        return {**steps[-1], "train/rows": float(len(rows)), "train/optimizer_steps": 0.0}
+    if scheduler is not None:
+        scheduler.step()
+    out = {k: sum(s[k] for s in taken) / len(taken) for k in taken[0] if k.startswith("train/")}
+    out.update({"train/skipped": 0.0, "train/nonfinite": float(len(taken) < len(steps)),
+                "train/skipped_no_signal": 0.0, "train/grad_norm": taken[-1]["train/grad_norm"],
+                "train/optimizer_steps": float(len(taken)), "train/rows": float(len(rows)),
+                "train/tokens": float(sum(int(r.mask.sum()) for r in rows)),
+                "train/replayed_rows": float(sum(r.replayed for r in rows)),
+                "train/lr": optimizer.param_groups[0]["lr"]})
+    return out
+
+
+def _optimizer_step(model, optimizer, rows: Sequence[Row], cfg, kl_on: bool,
+                    ref_logprobs_fn: Callable | None) -> dict[str, float]:
+    """Accumulate the loss of ``rows`` over micro-batches and take one optimizer step (the
+    scheduler is the caller's)."""
     spec = loss_spec(cfg.loss)  # the registered loss: its function and normaliser rule
     device = next(model.parameters()).device
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    kl_on = cfg.kl_coef > 0 and ref_logprobs_fn is not None
-    if not rows:
-        return {"train/skipped": 1.0, "train/empty_batch": 1.0, "train/skipped_no_signal": 1.0}
-    if not has_signal(rows, kl_on):
-        return {"train/skipped": 1.0, "train/skipped_no_signal": 1.0, "train/nonfinite": 0.0,
-                "train/rows": float(len(rows))}
+    entropy_coef = float(getattr(cfg, "entropy_coef", 0.0))
     rows = sorted(rows, key=lambda r: len(r.ids))
     n_tokens = float(sum(int(r.mask.sum()) for r in rows))
     normalizer = loss_normalizer(cfg.loss, cfg.agg, [r.mask for r in rows])
-    unit = aggregation(cfg.loss, cfg.agg)  # the KL term is aggregated like the loss
-    sums = {"loss": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "ratio_mean": 0.0, "kl_ref": 0.0}
+    unit = aggregation(cfg.loss, cfg.agg)  # the KL and entropy terms are aggregated like the loss
+    sums = {"loss": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "ratio_mean": 0.0, "kl_ref": 0.0, "entropy": 0.0}
     finite = True
     for s in range(0, len(rows), cfg.micro_batch_size):
         mb_rows = rows[s:s + cfg.micro_batch_size]
@@ -105,7 +153,10 @@ def policy_update(model, optimizer, scheduler, rows: Sequence[Row], cfg, *,
             with torch.no_grad():
                 ref = ref_logprobs_fn(mb["ids"], mb["attn"], mb["mask"])  # [B, T]
         lp = token_logprobs(model, mb["ids"], mb["attn"], temperature=cfg.generation.temperature,
-                            target_mask=mb["mask"], pixel_values=pixels)  # [B, T]
+                            target_mask=mb["mask"], pixel_values=pixels,
+                            with_entropy=entropy_coef > 0)  # [B, T] (and entropy [B, T])
+        if entropy_coef > 0:
+            lp, ent = lp
         stats = spec.fn(lp, mb["old"], mb["adv"], mb["mask"], clip_low=cfg.clip_low,
                         clip_high=cfg.clip_high, dual_clip=cfg.dual_clip, agg=cfg.agg,
                         normalizer=normalizer)
@@ -115,6 +166,10 @@ def policy_update(model, optimizer, scheduler, rows: Sequence[Row], cfg, *,
             kl = kl_penalty(lp, ref, mb["mask"], cfg.kl_kind, unit=unit, normalizer=normalizer)
             loss = loss + cfg.kl_coef * kl
             sums["kl_ref"] += float(kl.detach())
+        if entropy_coef > 0:
+            bonus = entropy_bonus(ent, mb["mask"], unit=unit, normalizer=normalizer)
+            loss = loss - entropy_coef * bonus
+            sums["entropy"] += float(bonus.detach())
         if not torch.isfinite(loss):
             finite = False
             break
@@ -129,13 +184,7 @@ def policy_update(model, optimizer, scheduler, rows: Sequence[Row], cfg, *,
         return {"train/skipped": 1.0, "train/nonfinite": 1.0, "train/grad_norm": grad_norm,
                 "train/rows": float(len(rows)), "train/skipped_no_signal": 0.0}
     optimizer.step()
-    if scheduler is not None:
-        scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    out = {f"train/{k}": v for k, v in sums.items()}
-    out.update({"train/skipped": 0.0, "train/nonfinite": 0.0, "train/skipped_no_signal": 0.0,
-                "train/grad_norm": grad_norm,
-                "train/rows": float(len(rows)), "train/tokens": n_tokens,
-                "train/replayed_rows": float(sum(r.replayed for r in rows)),
-                "train/lr": optimizer.param_groups[0]["lr"]})
-    return out
+    if entropy_coef <= 0:
+        del sums["entropy"]
+    return {**{f"train/{k}": v for k, v in sums.items()}, "train/skipped": 0.0, "train/grad_norm": grad_norm}

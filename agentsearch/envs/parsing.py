@@ -7,6 +7,10 @@ Two turn formats share one result type:
   for any other tool the env offers) or ``<answer>…</answer>``. The first complete
   action block is the action; text after it is ignored, as in Search-R1, where
   generation stops at the first closing tag (a sampled token may run past it).
+- ``SearchR1Parser`` (``parser="search_r1"``) reads tags exactly as Search-R1's
+  ``generation.py`` does: the turn is cut after its first ``</search>`` (else its first
+  ``</answer>``), then the first ``<(search|answer)>(.*?)</\\1>`` block is the action, whatever
+  surrounds it (an unclosed ``<think>``, a model-written ``<information>``, an empty block).
 - ``JsonToolParser`` reads the chat template's JSON tool calls: one or more
   ``<tool_call>{"name": …, "arguments": {…}}</tool_call>`` blocks call tools; a turn
   without tool calls must carry ``<answer>…</answer>``.
@@ -23,7 +27,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["ToolCall", "Turn", "TagParser", "JsonToolParser", "last_boxed", "strip_end"]
+__all__ = ["ToolCall", "Turn", "TagParser", "SearchR1Parser", "JsonToolParser", "last_boxed", "strip_end"]
 
 # Strings that end a turn without being part of it (template end-of-turn / eos markers).
 END_MARKERS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "</s>")
@@ -102,6 +106,14 @@ def _tag_problem(text: str, tags: tuple[str, ...]) -> str | None:
     return None
 
 
+def _tag_usage(tools: dict[str, str]) -> str:
+    """What to write, in Search-R1's words (its invalid-action text for the search tool)."""
+    said = " ".join(f"If I want to {'search' if t == 'search' else 'use ' + t}, I should put "
+                    f"the {a} between <{t}> and </{t}>." for t, a in tools.items())
+    return (f"{said} If I want to give the final answer, I should put the answer between "
+            "<answer> and </answer>.").strip()
+
+
 class TagParser:
     """Search-R1 tag turns. ``tools`` are the tag names the env executes (``search``, …)."""
 
@@ -118,10 +130,7 @@ class TagParser:
         return tuple(f"</{t}>" for t in [*self.tools, "answer"])
 
     def usage(self) -> str:
-        tools = " ".join(f"If I want to {'search' if t == 'search' else 'use ' + t}, I should put "
-                         f"the {a} between <{t}> and </{t}>." for t, a in self.tools.items())
-        return (f"{tools} If I want to give the final answer, I should put the answer between "
-                "<answer> and </answer>.").strip()
+        return _tag_usage(self.tools)
 
     def parse(self, text: str) -> Turn:
         if len(text) > self.max_chars:
@@ -155,6 +164,65 @@ class TagParser:
         if tag == "answer":
             return Turn(answer=content)
         return Turn(calls=[ToolCall(tag, {self.tools[tag]: content})])
+
+
+class SearchR1Parser:
+    """Search-R1's own reading of a tag turn (``search_r1/llm_agent/generation.py``), for
+    parity with its training: ``_postprocess_responses`` cuts the turn after the first
+    ``</search>``, else after the first ``</answer>``; ``postprocess_predictions`` takes the
+    first ``<(search|answer)>(.*?)</\\1>`` block (``re.DOTALL``), content stripped, as the
+    action; no block is an invalid action. Nothing else is checked, so an unclosed
+    ``<think>``, a stray ``</think>``, an answer inside ``<think>``, an empty block, a
+    model-written ``<information>`` or an unclosed ``<search>`` before a complete block are
+    all valid. The answer graded is the turn's last ``<answer>…</answer>`` block, the one
+    Search-R1's reward (``qa_em.extract_solution``) reads. Other tools' tags come before
+    ``answer`` in the cut, as ``search`` does. Linear time (``str.find``), same result as
+    the regex."""
+
+    def __init__(self, tools: dict[str, str], *, max_chars: int = 16384):
+        self.tools = dict(tools)
+        self.max_chars = max_chars
+        self.boxed = False
+        self._actions = tuple(dict.fromkeys([*self.tools, "answer"]))
+
+    @property
+    def stop_strings(self) -> tuple[str, ...]:
+        return tuple(f"</{t}>" for t in self._actions)
+
+    def usage(self) -> str:
+        return _tag_usage(self.tools)
+
+    def parse(self, text: str) -> Turn:
+        if len(text) > self.max_chars:
+            return Turn(error=f"the turn is {len(text)} characters long (limit {self.max_chars})")
+        text = strip_end(text)  # Search-R1 decodes with skip_special_tokens=True
+        for tag in self._actions:
+            cut = text.find(f"</{tag}>")
+            if cut != -1:
+                text = text[: cut + len(tag) + 3]
+                break
+        found = []  # (start, tag, content) of each tag's first complete block
+        for tag in self._actions:
+            i = text.find(f"<{tag}>")
+            j = text.find(f"</{tag}>", i + len(tag) + 2) if i != -1 else -1
+            if j != -1:
+                found.append((i, tag, text[i + len(tag) + 2: j]))
+        if not found:
+            return Turn(error="no action found")
+        _, tag, content = min(found)
+        if tag == "answer":
+            return Turn(answer=_blocks_nonoverlapping(text, "answer")[-1].strip())
+        return Turn(calls=[ToolCall(tag, {self.tools[tag]: content.strip()})])
+
+
+def _blocks_nonoverlapping(text: str, tag: str) -> list[str]:
+    """What ``re.findall(r"<tag>(.*?)</tag>", text, re.DOTALL)`` returns, in linear time."""
+    open_, close = f"<{tag}>", f"</{tag}>"
+    out, pos = [], 0
+    while (i := text.find(open_, pos)) != -1 and (j := text.find(close, i + len(open_))) != -1:
+        out.append(text[i + len(open_): j])
+        pos = j + len(close)
+    return out
 
 
 def _blocks(text: str, tag: str) -> tuple[list[str], str | None]:

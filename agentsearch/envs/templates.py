@@ -8,7 +8,9 @@ same ``tojson``), so a tokenizer is not needed to run an env.
 ``ChatFormat(None)`` uses the ChatML tool-call template shipped with agentsearch (what
 ``agentsearch.models.load_model`` gives every tokenizer); pass a template string (e.g.
 ``tokenizer.chat_template``) or a file path for another model; ``"none"`` renders no
-template at all (raw text prompts, for base models).
+template at all (raw text prompts, for base models); ``"policy"`` with ``tokenizer=`` renders
+with that tokenizer's own ``apply_chat_template`` (its template, special-token variables and
+all; a tokenizer without a chat template gives raw text, as Search-R1's verl dataset does).
 
 Observations after a turn are computed as differences of renders: render the
 conversation with the new messages and keep what comes after the conversation without
@@ -24,7 +26,7 @@ from pathlib import Path
 
 from agentsearch.data.paths import CHAT_TEMPLATE
 
-__all__ = ["ChatFormat", "DEFAULT_TEMPLATE_PATH"]
+__all__ = ["ChatFormat", "DEFAULT_TEMPLATE_PATH", "cut_to_tokens"]
 
 DEFAULT_TEMPLATE_PATH = CHAT_TEMPLATE
 _MARK = "\x00ASSISTANT\x00"
@@ -53,8 +55,19 @@ def _compile(template: str):
 class ChatFormat:
     """Render conversations with one chat template (or none)."""
 
-    def __init__(self, template: str | None = None, **template_vars):
-        if template is None:
+    def __init__(self, template: str | None = None, *, tokenizer=None, **template_vars):
+        self._tokenizer = None
+        if template == "policy":
+            if tokenizer is None:
+                raise ValueError("chat_template='policy' renders with the policy's tokenizer: pass "
+                                 "tokenizer= (the trainer passes its own), or name a template")
+            if getattr(tokenizer, "chat_template", None):
+                self._tokenizer = tokenizer
+            else:  # verl's RLHFDataset: no chat template -> the prompt's raw content
+                template = "none"
+        if self._tokenizer is not None:
+            template = tokenizer.chat_template
+        elif template is None:
             template = DEFAULT_TEMPLATE_PATH.read_text(encoding="utf-8")
         elif template != "none" and "{" not in template:
             path = Path(template)
@@ -67,13 +80,18 @@ class ChatFormat:
         self.vars = template_vars
         self.raw = template == "none"
         if not self.raw:
-            _compile(template)  # fail now on a broken template
+            if self._tokenizer is None:
+                _compile(template)  # fail now on a broken template
             self.turn_suffix = self._assistant_suffix()
 
     def render(self, messages: list[dict], *, tools: list[dict] | None = None,
                add_generation_prompt: bool = False) -> str:
         if self.raw:
             return "".join(m["content"] for m in messages)
+        if self._tokenizer is not None:
+            return self._tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
+                                                       add_generation_prompt=add_generation_prompt,
+                                                       **self.vars)
         return _compile(self.template).render(messages=messages, tools=tools or None,
                                               add_generation_prompt=add_generation_prompt,
                                               **self.vars)
@@ -109,3 +127,16 @@ class ChatFormat:
                              "its continuation, so turn-by-turn observations cannot be built "
                              "from it; use the shipped template (chat_template=None)")
         return after[len(before):]
+
+
+def cut_to_tokens(text: str, tokenizer, max_tokens: int) -> str:
+    """The longest prefix of ``text`` that is its first ``max_tokens`` tokens (cut at the
+    character offset where token ``max_tokens`` ends, so no partial character is made up)."""
+    try:
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    except (NotImplementedError, TypeError, ValueError):  # slow tokenizers have no offsets
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        return text if len(ids) <= max_tokens else tokenizer.decode(ids[:max_tokens])
+    if len(enc["input_ids"]) <= max_tokens:
+        return text
+    return text[: enc["offset_mapping"][max_tokens - 1][1]]

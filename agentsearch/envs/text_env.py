@@ -26,8 +26,9 @@ depends on the answer only), the reward components ``reward/answer`` and
 
 Turn formats. ``"tags"`` (Search-R1): the env's text continues the assistant message
 (``\n\n<information>…</information>\n\n``, or Search-R1's "My previous action is
-invalid…" line), exactly as Search-R1 trains; ``stop_strings`` (``</search>``,
-``</answer>``, ``</TOOL>``) end each turn. ``"json"``: the env first closes the assistant
+invalid…" line: exactly Search-R1's with ``parser="search_r1"``, with the reason after
+"invalid:" with the default ``parser="strict"``), as Search-R1 trains; ``stop_strings``
+(``</search>``, ``</answer>``, ``</TOOL>``) end each turn. ``"json"``: the env first closes the assistant
 turn the policy left open (e.g. appends ``<|im_end|>\n``, or just ``\n`` when the turn
 ended with the eos token), then adds the chat template's tool-response (or user) turn and
 the next assistant generation prompt.
@@ -53,9 +54,9 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.spaces import Text
 
-from agentsearch.envs.parsing import JsonToolParser, TagParser, Turn
+from agentsearch.envs.parsing import JsonToolParser, SearchR1Parser, TagParser, Turn
 from agentsearch.envs.rewards import AnswerScore, step_rewards
-from agentsearch.envs.templates import ChatFormat
+from agentsearch.envs.templates import ChatFormat, cut_to_tokens
 from agentsearch.envs.tools.protocol import Tool, load_tools, tag_argument, tool_schema
 
 __all__ = ["TextEnv", "TextEnvConfig", "UnicodeText", "observation_text", "run_sync"]
@@ -115,18 +116,31 @@ class TextEnvConfig:
     """Tool names (``agentsearch.tools`` entry points), ``module:attr`` paths or tool objects."""
     tool_kwargs: dict = field(default_factory=dict)
     """Constructor arguments per tool name, e.g. ``{"python": {"time_limit_s": 2}}``."""
+    parser: str = "strict"
+    """How tag turns are read: ``"strict"`` (ours: a turn with badly formed tags is malformed,
+    and the error observation says why) or ``"search_r1"`` (Search-R1's own: the first
+    complete ``<search>``/``<answer>`` block counts whatever surrounds it, its exact invalid-
+    action text, no format penalty by default; see ``parsing.SearchR1Parser``). Tags only."""
     max_turns: int = 4
-    """Agent turns per episode; a turn that is not an answer on the last one truncates."""
+    """Agent turns per episode; a turn that is not an answer on the last one truncates.
+    Search-R1's ``max_turns=N`` (N search turns, then one answer turn) is ``N + 1`` here."""
     max_obs_chars: int = 2000
     """Characters kept of each tool result (longer results are cut and marked)."""
+    max_obs_tokens: int | None = None
+    """If set, each tool result is cut to this many tokens of the policy's tokenizer instead
+    of ``max_obs_chars`` (Search-R1's ``max_obs_length``, 500; it cuts the whole observation,
+    tags included, where this keeps the tags). Needs ``tokenizer=``."""
     max_action_chars: int = 16384
     """Longer turns are malformed (and the action space's bound)."""
     max_calls_per_turn: int = 4
     """Tool calls allowed in one JSON-format turn (they run concurrently)."""
-    format_penalty: float = 0.1
-    """``reward/format`` is ``-format_penalty`` for each malformed turn."""
+    format_penalty: float | None = None
+    """``reward/format`` is ``-format_penalty`` for each malformed turn; None: 0.1, or 0 with
+    ``parser="search_r1"`` (Search-R1's EM reward has no format term)."""
     chat_template: str | None = None
-    """None: the shipped ChatML tool template; a template string or path; ``"none"``: raw text."""
+    """None: the shipped ChatML tool template; a template string or path; ``"none"``: raw text;
+    ``"policy"``: the policy tokenizer's own (``tokenizer.apply_chat_template``, e.g. Qwen2.5's
+    with its default system line; raw text when it has none, as Search-R1). Needs ``tokenizer=``."""
     system_prompt: str | None = None
     """Replaces the env's default instructions (the question is still added)."""
     obs_space_chars: int = 1 << 16
@@ -140,6 +154,14 @@ class TextEnvConfig:
                              "responses are template turns); use chat_template=None or a template")
         if self.max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
+        if self.parser not in ("strict", "search_r1"):
+            raise ValueError(f"parser must be 'strict' or 'search_r1', got {self.parser!r}")
+        if self.parser == "search_r1" and self.turn_format != "tags":
+            raise ValueError("parser='search_r1' reads Search-R1's tags: use turn_format='tags'")
+        if self.max_obs_tokens is not None and self.max_obs_tokens < 1:
+            raise ValueError(f"max_obs_tokens must be >= 1 (or None), got {self.max_obs_tokens}")
+        if self.format_penalty is None:
+            self.format_penalty = 0.0 if self.parser == "search_r1" else 0.1
         self.tools = tuple(self.tools)
 
 
@@ -148,6 +170,9 @@ class TextEnv(gym.Env, abc.ABC):
 
     Subclasses provide ``load_tasks()``, ``instructions(task)`` (the prompt messages) and
     ``score(answer, task) -> AnswerScore``, and set ``Config`` and ``boxed``.
+
+    ``tokenizer``: the policy's tokenizer (or a model name/folder to load it from), needed by
+    ``chat_template="policy"`` and ``max_obs_tokens``; the trainer passes its own.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
@@ -156,7 +181,7 @@ class TextEnv(gym.Env, abc.ABC):
     check_variants: tuple[dict, ...] = ({},)  # settings `agentsearch check-env` also tries
 
     def __init__(self, config: TextEnvConfig | None = None, *, tasks: list[dict] | None = None,
-                 render_mode: str | None = None, **overrides):
+                 render_mode: str | None = None, tokenizer=None, **overrides):
         cfg = config if config is not None else self.Config()
         if overrides:
             names = {f.name for f in dataclasses.fields(cfg)}
@@ -164,15 +189,30 @@ class TextEnv(gym.Env, abc.ABC):
             if unknown:
                 raise TypeError(f"{type(self).__name__} has no setting(s) {unknown}; "
                                 f"settings are {sorted(names)}")
-            cfg = dataclasses.replace(cfg, **overrides)
+            # a fresh config resolves defaults that depend on other settings (format_penalty)
+            cfg = self.Config(**overrides) if config is None else dataclasses.replace(cfg, **overrides)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None")
         self.config = cfg
         self.render_mode = render_mode
-        self.chat = ChatFormat(cfg.chat_template)
+        if isinstance(tokenizer, str):
+            from agentsearch.models.text import load_tokenizer
+
+            tokenizer = load_tokenizer(tokenizer)
+        if tokenizer is None and cfg.max_obs_tokens is not None:
+            raise ValueError("max_obs_tokens counts tokens of the policy's tokenizer: pass tokenizer= "
+                             "(the trainer passes its own), or use max_obs_chars")
+        self.tokenizer = tokenizer
+        self.chat = ChatFormat(cfg.chat_template, tokenizer=tokenizer)
+        if cfg.turn_format == "json" and self.chat.raw:
+            raise ValueError("turn_format='json' needs a chat template, and this tokenizer has none; "
+                             "use chat_template=None (the shipped ChatML tool template)")
         self._tasks = list(tasks) if tasks is not None else None
         self.tools: dict[str, Tool] = {t.name: t for t in load_tools(cfg.tools, **self.tool_kwargs())}
-        if cfg.turn_format == "tags":
+        if cfg.turn_format == "tags" and cfg.parser == "search_r1":
+            self.parser = SearchR1Parser({n: tag_argument(t) for n, t in self.tools.items()},
+                                         max_chars=cfg.max_action_chars)
+        elif cfg.turn_format == "tags":
             self.parser = TagParser({n: tag_argument(t) for n, t in self.tools.items()},
                                     boxed=self.boxed, max_chars=cfg.max_action_chars)
         else:
@@ -310,6 +350,8 @@ class TextEnv(gym.Env, abc.ABC):
     # ------------------------------------------------------------------ dynamics
     def _error_observation(self, action: str, error: str) -> str:
         usage = self.parser.usage()
+        if self.config.parser == "search_r1":  # Search-R1's text, exactly: no reason given
+            return f"\nMy previous action is invalid. {usage} Let me try again.\n"
         if self.config.turn_format == "tags":
             return f"\nMy previous action is invalid: {error}. {usage} Let me try again.\n"
         msg = f"Your last turn was invalid: {error}. {usage}"
@@ -328,7 +370,9 @@ class TextEnv(gym.Env, abc.ABC):
             out = err = f"Error: {name} failed: {type(e).__name__}: {str(e)[:300]}"
         latency = time.perf_counter() - t0
         out = out.strip()
-        if len(out) > self.config.max_obs_chars:
+        if self.config.max_obs_tokens is not None:
+            out = cut_to_tokens(out, self.tokenizer, self.config.max_obs_tokens)
+        elif len(out) > self.config.max_obs_chars:
             out = out[: self.config.max_obs_chars] + " …[truncated]"
         return out, latency, err
 

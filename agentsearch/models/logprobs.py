@@ -57,27 +57,36 @@ def _body_and_head(model: nn.Module, images: bool) -> tuple[nn.Module, nn.Module
 
 
 def _gather_logprobs(logits: Tensor, targets: Tensor, temperature: float,
-                     suppress: int | None = None) -> Tensor:
+                     suppress: int | None = None, entropy: bool = False) -> Tensor:
     """log softmax(logits / temperature)[target]: [N, V], [N] -> [N] float32; the token
-    ``suppress`` (a VLM's image token) is left out of the softmax."""
+    ``suppress`` (a VLM's image token) is left out of the softmax. With ``entropy``,
+    [N, 2]: the logprob and the entropy of the same distribution."""
     logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
     if suppress is not None:
         logits = logits.index_fill(-1, torch.tensor([suppress], device=logits.device), float("-inf"))
-    return logits.gather(-1, targets[:, None]).squeeze(-1) - logits.logsumexp(-1)
+    norm = logits.logsumexp(-1)                                       # [N]
+    lp = logits.gather(-1, targets[:, None]).squeeze(-1) - norm
+    if not entropy:
+        return lp
+    logp = logits - norm[:, None]                                     # [N, V]
+    ent = -(logp.exp() * logp).nan_to_num(0.0).sum(-1)                # 0 * -inf (suppressed) -> 0
+    return torch.stack([lp, ent], dim=-1)
 
 
 def _head_logprobs(head: nn.Module, hidden: Tensor, targets: Tensor, temperature: float,
-                   suppress: int | None) -> Tensor:
-    return _gather_logprobs(head(hidden), targets, temperature, suppress)
+                   suppress: int | None, entropy: bool = False) -> Tensor:
+    return _gather_logprobs(head(hidden), targets, temperature, suppress, entropy)
 
 
 def token_logprobs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor | None = None, *,
                    temperature: float = 1.0, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
                    target_mask: Tensor | None = None, pixel_values: Tensor | None = None,
-                   **image_inputs: Any) -> Tensor:
+                   with_entropy: bool = False, **image_inputs: Any) -> Tensor | tuple[Tensor, Tensor]:
     """Logprob of each token given the tokens (and images) before it: [B, T] ids -> [B, T] float32.
+    With ``with_entropy``, ``(logprobs, entropy)``, both [B, T]: ``entropy[b, t]`` is the
+    entropy of the distribution that ``out[b, t]`` was read from (0 where ``out`` is 0).
 
     ``out[b, t] = log p(input_ids[b, t] | input_ids[b, :t], images)`` under ``logits / temperature``.
     ``out[b, t]`` is 0 where it is undefined or not asked for: at t = 0, where
@@ -130,20 +139,26 @@ def token_logprobs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor |
         for s in range(0, hidden.shape[0], chunk_tokens):
             h, y = hidden[s:s + chunk_tokens], targets[s:s + chunk_tokens]
             if torch.is_grad_enabled() and h.requires_grad:
-                pieces.append(checkpoint(_head_logprobs, head, h, y, temperature, image_id,
+                pieces.append(checkpoint(_head_logprobs, head, h, y, temperature, image_id, with_entropy,
                                          use_reentrant=False))
             else:
-                pieces.append(_head_logprobs(head, h, y, temperature, image_id))
+                pieces.append(_head_logprobs(head, h, y, temperature, image_id, with_entropy))
     else:
         kw = {} if position_ids is None else {"position_ids": position_ids}
         logits = model(input_ids=input_ids, attention_mask=attn, use_cache=False, **kw,
                        **inputs).logits[:, :-1][valid]                # [N, V]
         pieces = [_gather_logprobs(logits[s:s + chunk_tokens], targets[s:s + chunk_tokens],
-                                   temperature, image_id) for s in range(0, logits.shape[0], chunk_tokens)]
+                                   temperature, image_id, with_entropy) for s in range(0, logits.shape[0], chunk_tokens)]
     # nothing to score: an empty [0] that is still attached to the graph, so backward works
     flat = torch.cat(pieces) if pieces else (hidden if parts is not None else logits).float().sum(-1)
-    lp = torch.zeros(B, T - 1, dtype=torch.float32, device=flat.device).masked_scatter(valid, flat)
-    return torch.cat([lp.new_zeros(B, 1), lp], dim=1)                 # [B, T]
+    if with_entropy and not pieces:
+        flat = flat[:, None].expand(-1, 2)
+    cols = flat.unbind(-1) if with_entropy else (flat,)
+    out = []
+    for col in cols:                                                  # logprobs (and entropy)
+        full = torch.zeros(B, T - 1, dtype=torch.float32, device=col.device).masked_scatter(valid, col)
+        out.append(torch.cat([full.new_zeros(B, 1), full], dim=1))    # [B, T]
+    return tuple(out) if with_entropy else out[0]
 
 
 def batch_pixels(model: nn.Module, ids: Tensor, row_pixels: Sequence[Tensor | None],

@@ -29,13 +29,14 @@ from agentsearch.retrievers.base import (
 __all__ = ["Hit", "Retriever", "RetrieverError", "SyncRetrieverMixin", "format_hits", "REGISTRY",
            "register_retriever", "KINDS", "build_index", "load_retriever", "world_index",
            "MicroBatcher", "BatchingRetriever", "HybridRetriever", "RemoteRetriever",
-           "serve_in_thread", "create_app"]
+           "probe_service", "serve_in_thread", "create_app", "adopt_faiss", "adopt_lucene"]
 
 _LAZY = {
     "KINDS": "index", "build_index": "index", "load_retriever": "index", "world_index": "index",
     "MicroBatcher": "batching", "BatchingRetriever": "batching",
     "HybridRetriever": "hybrid",
-    "RemoteRetriever": "client",
+    "RemoteRetriever": "client", "probe_service": "client",
+    "adopt_faiss": "adopt", "adopt_lucene": "adopt",
     "serve_in_thread": "server", "create_app": "server",
 }
 

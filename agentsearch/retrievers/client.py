@@ -21,6 +21,10 @@ other limits than the defaults, pass them here too (``GET /health`` lists them).
 Where only a URL can be given (``env_kwargs.index``), client settings ride in its query
 string: ``http://127.0.0.1:8000?micro_batch=false`` sends one request per search, as
 Search-R1's trainer does (``RemoteRetriever.from_url``; ``URL_OPTIONS`` lists the keys).
+
+Before a run, ``probe_service(url)`` (or ``RemoteRetriever.probe()``) checks that a service
+is usable: ``GET /health`` where it answers (``agentsearch serve``), otherwise one tiny
+Search-R1 request (Search-R1's own ``retrieval_server.py`` has no ``/health``).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 from agentsearch.retrievers.base import Hit, RetrieverError
 from agentsearch.retrievers.batching import MicroBatcher
 
-__all__ = ["RemoteRetriever", "URL_OPTIONS", "split_url_options"]
+__all__ = ["RemoteRetriever", "URL_OPTIONS", "split_url_options", "probe_service"]
 
 _RETRY_STATUS = {429, 500, 502, 503, 504}
 
@@ -82,6 +86,61 @@ def parse_result(payload, n_queries: int) -> list[list[Hit]]:
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise RetrieverError(f"unexpected answer from the retrieval server ({e}); is it a "
                              "Search-R1 /retrieve endpoint?") from None
+
+
+def _base_url(url: str) -> str:
+    url = split_url_options(url)[0].rstrip("/")
+    return url[: -len("/retrieve")] if url.endswith("/retrieve") else url
+
+
+def probe_service(url: str, timeout: float = 10.0) -> dict:
+    """Check that the retrieval service at ``url`` (base or ``.../retrieve``, URL options
+    allowed) can answer searches; raise ``RetrieverError`` saying why not.
+
+    ``GET /health`` first: an answer ``{"status": "ok", ...}`` (``agentsearch serve``) is
+    enough. Otherwise (Search-R1's server: 404) one POST of Search-R1's own request,
+    ``{"queries": ["probe"], "topk": 1, "return_scores": true}``, whose answer must hold a
+    ``"result"`` list of one hit list (else Search-R1's trainer dies on ``KeyError: 'result'``).
+    Returns ``{"url", "protocol": "agentsearch" | "search-r1", "health": dict | None,
+    "seconds"}``. ``timeout``: seconds per request (connecting: at most 3).
+    """
+    import httpx
+
+    base, t0 = _base_url(url), time.perf_counter()
+
+    def ask(method: str, path: str, **kw):
+        try:
+            return client.request(method, base + path, **kw)
+        except httpx.TransportError as e:
+            raise RetrieverError(f"retrieval service {base} is unreachable ({type(e).__name__}: {e}); "
+                                 "start it (agentsearch serve --index DIR, or Search-R1's "
+                                 "retrieval_server.py) or fix the URL") from None
+
+    with httpx.Client(timeout=httpx.Timeout(timeout, connect=min(timeout, 3.0))) as client:
+        resp = ask("GET", "/health")
+        try:
+            health = resp.json() if resp.status_code == 200 else None
+        except ValueError:
+            health = None
+        if isinstance(health, dict) and health.get("status") == "ok":
+            return {"url": base, "protocol": "agentsearch", "health": health,
+                    "seconds": round(time.perf_counter() - t0, 3)}
+        resp = ask("POST", "/retrieve", json={"queries": ["probe"], "topk": 1, "return_scores": True})
+    where = f"retrieval service {base}: POST /retrieve"
+    if resp.status_code != 200:
+        raise RetrieverError(f"{where} answered HTTP {resp.status_code}: {resp.text[:300]!r}; "
+                             "is it a Search-R1 /retrieve endpoint?")
+    try:
+        payload = resp.json()
+    except ValueError:
+        raise RetrieverError(f"{where} answered non-JSON: {resp.text[:200]!r}") from None
+    if not isinstance(payload, dict) or "result" not in payload:
+        keys = sorted(payload) if isinstance(payload, dict) else type(payload).__name__
+        raise RetrieverError(f"{where} answered without \"result\" ({keys}); Search-R1's "
+                             "trainer would fail on KeyError: 'result'")
+    parse_result(payload, 1)  # one list of {"document": {"contents"}, "score"} items
+    return {"url": base, "protocol": "search-r1", "health": None,
+            "seconds": round(time.perf_counter() - t0, 3)}
 
 
 class RemoteRetriever:
@@ -268,6 +327,10 @@ class RemoteRetriever:
             return resp.json()
         except (httpx.HTTPError, ValueError) as e:
             raise RetrieverError(f"retrieval server {self.base_url} is not healthy: {e}") from e
+
+    def probe(self) -> dict:
+        """``probe_service`` on this client's server, with its request timeout."""
+        return probe_service(self.base_url, timeout=self._timeout[0])
 
     async def aclose(self) -> None:
         if self._aclient is not None:

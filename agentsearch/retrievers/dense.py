@@ -11,6 +11,11 @@
 Vectors are unit-norm, so inner product is cosine similarity. The manifest records the
 encoder (name, dim, pooling, prefixes, max length), the FAISS index type and parameters, and
 the corpus hash; loading with a different encoder is an error, not silently bad results.
+
+``device`` (build and load): where the encoder runs, ``cpu``, ``cuda[:N]`` or ``auto``. On
+load, ``cuda`` also moves a Flat or IVF index to that GPU when this FAISS build has GPU
+support (``faiss.get_num_gpus() > 0``, e.g. faiss-gpu); otherwise FAISS searches on the CPU
+and a warning says why (HNSW always searches on the CPU: FAISS has no GPU HNSW).
 """
 
 from __future__ import annotations
@@ -18,12 +23,13 @@ from __future__ import annotations
 import math
 import os
 import threading
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 from agentsearch.retrievers.base import Hit, RetrieverError, SyncRetrieverMixin, register_retriever
-from agentsearch.retrievers.encoder import Encoder, resolve_encoder
+from agentsearch.retrievers.encoder import Encoder, resolve_device, resolve_encoder
 from agentsearch.retrievers.store import DocStore
 
 __all__ = ["DenseRetriever"]
@@ -41,6 +47,28 @@ def _faiss(threads: int | None):
 def default_nlist(n: int) -> int:
     """~4 sqrt(N) cells, but never fewer than 39 training vectors per cell."""
     return max(1, min(int(4 * math.sqrt(n)), n // 39))
+
+
+def _to_device(faiss, index, device: str):
+    """``(index, where it searches)``: on ``device``'s GPU when FAISS can, else on the CPU
+    with a warning that says why."""
+    if not device.startswith("cuda"):
+        return index, "cpu"
+    if getattr(faiss, "get_num_gpus", lambda: 0)() < 1:
+        warnings.warn(f"device={device}: this FAISS build has no GPU support (faiss-cpu, or no GPU "
+                      "visible to FAISS), so FAISS searches on the CPU; the query encoder runs on "
+                      f"{device}. For GPU search install faiss-gpu.", RuntimeWarning, stacklevel=3)
+        return index, "cpu"
+    gpu = int(device.split(":")[1]) if ":" in device else 0
+    try:
+        res = faiss.StandardGpuResources()
+        moved = faiss.index_cpu_to_gpu(res, gpu, index)
+    except (RuntimeError, AttributeError) as e:  # HNSW: FAISS has no GPU version
+        warnings.warn(f"device={device}: FAISS cannot move a {type(index).__name__} to the GPU ({e}); "
+                      "it searches on the CPU", RuntimeWarning, stacklevel=3)
+        return index, "cpu"
+    moved.gpu_resources = res  # the resources must outlive the index
+    return moved, f"cuda:{gpu}"
 
 
 def _stored_vectors(src: Path, docs: DocStore, encoder: str | None) -> tuple[np.ndarray, dict]:
@@ -67,10 +95,12 @@ class DenseRetriever(SyncRetrieverMixin):
 
     index_type = "flat"
 
-    def __init__(self, index, encoder: Encoder, docs: DocStore, *, batch_size: int = 16):
+    def __init__(self, index, encoder: Encoder, docs: DocStore, *, batch_size: int = 16,
+                 faiss_device: str = "cpu"):
         self.index, self.encoder, self.docs, self.batch_size = index, encoder, docs, batch_size
         self.num_docs = len(docs)
         self.kind = f"dense-{self.index_type}"
+        self.devices = {"encoder": encoder.device, "faiss": faiss_device}
         self._lock = threading.Lock()
 
     # -- building ---------------------------------------------------------------
@@ -92,7 +122,7 @@ class DenseRetriever(SyncRetrieverMixin):
             if progress:
                 progress.advance(len(docs))
         else:
-            enc = Encoder(encoder, pooling=pooling, query_prefix=query_prefix, device=device,
+            enc = Encoder(encoder, pooling=pooling, query_prefix=query_prefix, device=resolve_device(device),
                           passage_prefix=passage_prefix, max_length=max_length, threads=threads)
             vecs = enc.encode(docs.contents, kind="passage", batch_size=batch_size, progress=progress)
             cfg = enc.config()
@@ -123,11 +153,13 @@ class DenseRetriever(SyncRetrieverMixin):
     @classmethod
     def load(cls, index_dir: Path, manifest: dict, *, encoder: str | None = None,
              threads: int | None = None, ef_search: int | None = None, nprobe: int | None = None,
-             batch_size: int = 16, device: str = "cpu", **_):
+             batch_size: int | None = None, device: str = "cpu", **_):
         """Open the folder. ``encoder`` may name the encoder explicitly; it must be the one
         the index was built with. ``ef_search`` / ``nprobe`` override the stored values.
-        ``batch_size``: queries per encoder forward (16 is fastest on CPU, where encoding
-        is compute-bound; use 256 on a GPU). ``device``: where the encoder runs."""
+        ``batch_size``: queries per encoder forward (default 16 on CPU, where encoding is
+        compute-bound, 256 on a GPU). ``device``: where the encoder (and, if FAISS can, the
+        index) runs: ``cpu``, ``cuda[:N]``, ``auto``."""
+        device = resolve_device(device)
         faiss = _faiss(threads)
         built_with = manifest["encoder"]
         if encoder is not None and resolve_encoder(encoder)[0] != built_with:
@@ -154,8 +186,10 @@ class DenseRetriever(SyncRetrieverMixin):
         if manifest["index_type"] == "hnsw":
             index.hnsw.efSearch = ef_search or manifest["ef_search"]
         elif manifest["index_type"] == "ivf":
-            index.nprobe = nprobe or manifest["nprobe"]
-        return cls(index, enc, DocStore.load(index_dir), batch_size=batch_size)
+            faiss.extract_index_ivf(index).nprobe = nprobe or manifest["nprobe"]
+        index, where = _to_device(faiss, index, device)  # after the search parameters: they travel along
+        return cls(index, enc, DocStore.load(index_dir), faiss_device=where,
+                   batch_size=batch_size or (16 if device == "cpu" else 256))
 
     # -- search -----------------------------------------------------------------
     def search(self, queries: list[str], k: int = 3) -> list[list[Hit]]:

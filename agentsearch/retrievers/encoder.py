@@ -11,12 +11,16 @@ Weakly-Supervised Contrastive Pre-training"). The default is all-MiniLM-L6-v2 fr
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Encoder", "DEFAULT_ENCODER", "resolve_encoder"]
+__all__ = ["Encoder", "DEFAULT_ENCODER", "resolve_encoder", "resolve_device", "DEVICES"]
+
+DEVICES = ("cpu", "cuda", "auto")
+"""``--device`` choices; ``cuda:N`` names one GPU."""
 
 DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 _DEFAULT_ALIASES = {DEFAULT_ENCODER, "all-MiniLM-L6-v2", "minilm", "default"}
@@ -34,6 +38,32 @@ def resolve_encoder(name: str | None) -> tuple[str, str]:
     if Path(name).is_dir():
         return str(Path(name).resolve()), str(Path(name).resolve())
     return name, name  # a Hugging Face name, loaded from the local cache only
+
+
+def resolve_device(device: str | None) -> str:
+    """``"cpu"`` or ``"cuda[:N]"`` for a ``--device`` value; ``"auto"`` (or None) is cuda when
+    torch sees a GPU. Asking for cuda where torch has none is a ``RetrieverError`` that says so."""
+    from agentsearch.retrievers.base import RetrieverError
+
+    device = (device or "auto").strip().lower()
+    if device == "cpu":
+        return "cpu"
+    if device != "auto" and device != "cuda" and not re.fullmatch(r"cuda:\d+", device):
+        raise ValueError(f"device must be one of {', '.join(DEVICES)} or cuda:N, got {device!r}")
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    n = torch.cuda.device_count() if torch is not None and torch.cuda.is_available() else 0
+    if device == "auto":
+        return "cuda" if n else "cpu"
+    if not n:
+        version = getattr(torch, "__version__", "not installed")
+        raise RetrieverError(f"--device {device}: torch ({version}) sees no CUDA GPU; use --device cpu "
+                             "(or auto), or install a CUDA build of torch on a machine with a GPU")
+    if ":" in device and int(device.split(":")[1]) >= n:
+        raise RetrieverError(f"--device {device}: torch sees only {n} GPU(s) (cuda:0..cuda:{n - 1})")
+    return device
 
 
 class Encoder:

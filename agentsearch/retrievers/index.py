@@ -17,13 +17,19 @@ from __future__ import annotations
 import importlib
 import os
 import re
-import shutil
 import sys
 import time
 from pathlib import Path
 
 from agentsearch.retrievers.base import REGISTRY, Retriever, RetrieverError
-from agentsearch.retrievers.store import FORMAT, MANIFEST, DocStore, read_manifest, write_manifest
+from agentsearch.retrievers.store import (
+    MANIFEST,
+    DocStore,
+    check_out_dir,
+    finish_index,
+    read_manifest,
+    staging,
+)
 
 __all__ = ["KINDS", "build_index", "load_retriever", "world_index", "main"]
 
@@ -61,28 +67,14 @@ def build_index(corpus_path: str | Path, kind: str, out_dir: str | Path, *,
 
     out_dir = Path(out_dir)
     backend = _backend(kind)
-    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / MANIFEST).exists():
-        raise RetrieverError(f"{out_dir} exists and is not an index folder; choose another --out")
+    check_out_dir(out_dir)
     t0 = time.perf_counter()
     docs = DocStore.from_corpus(corpus_path)
-    tmp = out_dir.with_name(f".{out_dir.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with staging(out_dir) as tmp:
         bar = Progress(len(docs), f"index {kind}", stream=sys.stderr, enabled=progress)
         extra = backend.build(docs, tmp, progress=bar, **{k: v for k, v in kw.items() if v is not None})
         bar.close()
-        docs.save(tmp)
-        write_manifest(tmp, {"format": FORMAT, "kind": kind, "num_docs": len(docs),
-                             "corpus_sha256": docs.sha256(), "corpus_path": str(corpus_path),
-                             "build_seconds": round(time.perf_counter() - t0, 2),
-                             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra})
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        finish_index(tmp, docs, kind, corpus_path, t0, extra)
     return out_dir
 
 
@@ -133,10 +125,15 @@ def world_index(seed: int = 0, kind: str = "bm25s", entities: int | None = None,
 
 
 def main(a) -> int:
-    """``agentsearch index build --corpus FILE --kind KIND --out DIR [--encoder E]``."""
+    """``agentsearch index build --corpus FILE --kind KIND --out DIR [--encoder E] [--device D]``;
+    ``agentsearch index adopt ...`` is ``adopt.main``."""
+    if getattr(a, "index_command", "build") == "adopt":
+        from agentsearch.retrievers.adopt import main as adopt_main
+
+        return adopt_main(a)
     kw = {"threads": a.threads}
     if a.kind.startswith("dense"):
-        kw.update(encoder=a.encoder, batch_size=a.batch_size,
+        kw.update(encoder=a.encoder, batch_size=a.batch_size, device=getattr(a, "device", None),
                   vectors_from=getattr(a, "vectors_from", None))
     elif a.encoder:
         print(f"agentsearch index: --encoder is ignored for kind {a.kind}", file=sys.stderr)

@@ -12,7 +12,13 @@ default is false) each list holds the bare documents, as Search-R1's server retu
 ``topk`` missing or null means 3. ``GET /health`` reports the index and the limits.
 
 Limits (constructor arguments / flags): queries per request, characters per query, topk,
-body bytes. A request over a limit, or one that is not JSON of that shape, gets a 4xx answer
+body bytes. The defaults take Search-R1's own requests: its ``generation.py`` posts every
+active episode's query of a turn in ONE request (``train_batch_size x n_agent``, 512 x 5 =
+2,560 queries in its scripts, 5,120 with a batch of 1,024), so a request may hold 16,384
+queries and 64 MiB. The server searches a large request in chunks of ``search_batch``
+queries (256) and renders each chunk to JSON as it goes, so the search's working memory
+(encoder activations, FAISS distance blocks, Lucene threads) stays that of one chunk.
+A request over a limit, or one that is not JSON of that shape, gets a 4xx answer
 ``{"detail": "<what is wrong and how to fix it>"}``; it never takes the server down.
 Empty queries are not errors: they get an empty list, so one bad episode cannot fail a
 batch shared with others. The server binds 127.0.0.1 unless told otherwise; it has no
@@ -39,12 +45,18 @@ DEFAULT_TOPK = 3
 
 
 class Limits:
-    """Request limits; every violation is a 4xx with a message naming the flag to change."""
+    """Request limits; every violation is a 4xx with a message naming the flag to change.
 
-    def __init__(self, max_queries: int = 256, max_topk: int = 100, max_query_chars: int = 4096,
-                 max_body_bytes: int = 4 << 20):
+    ``search_batch`` is not a limit: it is how many queries one internal search call takes.
+    """
+
+    def __init__(self, max_queries: int = 16384, max_topk: int = 100, max_query_chars: int = 4096,
+                 max_body_bytes: int = 64 << 20, search_batch: int = 256):
+        if min(max_queries, max_topk, max_query_chars, max_body_bytes, search_batch) < 1:
+            raise ValueError("every request limit and search_batch must be >= 1")
         self.max_queries, self.max_topk = max_queries, max_topk
         self.max_query_chars, self.max_body_bytes = max_query_chars, max_body_bytes
+        self.search_batch = search_batch
 
     def as_dict(self) -> dict:
         return dict(vars(self))
@@ -91,7 +103,8 @@ def parse_request(body: bytes, limits: Limits) -> tuple[list[str], int, bool]:
     return queries, topk, return_scores
 
 
-def render(hits: list[list[Hit]], return_scores: bool) -> bytes:
+def render_lists(hits: list[list[Hit]], return_scores: bool) -> bytes:
+    """``hits`` as the comma-separated JSON lists of a ``result`` array (no brackets)."""
     def doc(h: Hit) -> dict:
         return {"id": h.doc_id, "contents": h.contents}
 
@@ -99,7 +112,7 @@ def render(hits: list[list[Hit]], return_scores: bool) -> bytes:
         result = [[{"document": doc(h), "score": h.score} for h in hs] for hs in hits]
     else:
         result = [[doc(h) for h in hs] for hs in hits]
-    return json.dumps({"result": result}, ensure_ascii=False).encode()
+    return json.dumps(result, ensure_ascii=False).encode()[1:-1]
 
 
 def create_app(retriever: Retriever, limits: Limits | None = None, batch_window_ms: float = 0.0):
@@ -112,22 +125,24 @@ def create_app(retriever: Retriever, limits: Limits | None = None, batch_window_
     if batch_window_ms > 0:
         from agentsearch.retrievers.batching import BatchingRetriever
 
-        retriever = BatchingRetriever(retriever, window_ms=batch_window_ms, max_batch=limits.max_queries)
+        retriever = BatchingRetriever(retriever, window_ms=batch_window_ms, max_batch=limits.search_batch)
     app = FastAPI(title="agentsearch retrieval", docs_url=None, redoc_url=None, openapi_url=None)
     info = {"status": "ok", "kind": str(getattr(retriever, "kind", type(retriever).__name__)),
             "num_docs": getattr(retriever, "num_docs", None), "limits": limits.as_dict(),
-            "batch_window_ms": batch_window_ms}
+            "batch_window_ms": batch_window_ms, "devices": getattr(retriever, "devices", None)}
 
     async def read_body(request: Request) -> bytes:
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > limits.max_body_bytes:
             raise BadRequest(413, f"request body of {int(declared):,} bytes is over the "
-                                  f"{limits.max_body_bytes:,}-byte limit")
+                                  f"{limits.max_body_bytes:,}-byte limit (split the batch, or "
+                                  "restart the server with a larger --max-body-mb)")
         chunks, size = [], 0
         async for chunk in request.stream():
             size += len(chunk)
             if size > limits.max_body_bytes:
-                raise BadRequest(413, f"request body is over the {limits.max_body_bytes:,}-byte limit")
+                raise BadRequest(413, f"request body is over the {limits.max_body_bytes:,}-byte limit "
+                                      "(split the batch, or restart the server with a larger --max-body-mb)")
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -141,11 +156,15 @@ def create_app(retriever: Retriever, limits: Limits | None = None, batch_window_
             queries, topk, return_scores = parse_request(await read_body(request), limits)
         except BadRequest as e:
             return JSONResponse({"detail": e.detail}, status_code=e.status)
+        parts = []  # one chunk's hits at a time, kept as rendered JSON
         try:
-            hits = await retriever.asearch(queries, topk) if queries else []
+            for s in range(0, len(queries), limits.search_batch):
+                hits = await retriever.asearch(queries[s:s + limits.search_batch], topk)
+                parts.append(render_lists(hits, return_scores))
         except Exception as e:  # noqa: BLE001 - a server fault, reported, and the server lives on
             return JSONResponse({"detail": f"search failed: {type(e).__name__}: {e}"}, status_code=500)
-        return Response(render(hits, return_scores), media_type="application/json")
+        return Response(b'{"result": [' + b",".join(p for p in parts if p) + b"]}",
+                        media_type="application/json")
 
     return app
 
@@ -181,27 +200,41 @@ def serve_in_thread(retriever_or_app, host: str = "127.0.0.1", port: int = 0,
         sock.close()
 
 
+def app_from_args(a):
+    """``(app, retriever)`` for parsed ``agentsearch serve`` arguments; raises
+    ``RetrieverError`` (or ``ValueError``) for an index or device it cannot use."""
+    from agentsearch.retrievers.encoder import resolve_device
+    from agentsearch.retrievers.index import load_retriever
+
+    device = resolve_device(getattr(a, "device", None) or "cpu")
+    retriever = load_retriever(list(a.index), threads=getattr(a, "threads", None), device=device)
+    limits = Limits(max_queries=a.max_queries, max_topk=a.max_topk,
+                    max_query_chars=getattr(a, "max_query_chars", None) or 4096,
+                    max_body_bytes=int((getattr(a, "max_body_mb", None) or 64) * (1 << 20)),
+                    search_batch=getattr(a, "search_batch", None) or 256)
+    return create_app(retriever, limits, batch_window_ms=getattr(a, "batch_window_ms", None) or 0.0), retriever
+
+
 def main(a) -> int:
-    """``agentsearch serve --index DIR [DIR ...] [--host H] [--port P] [--max-queries N] [--max-topk K]``."""
+    """``agentsearch serve --index DIR [DIR ...] [--host H] [--port P] [--device D] [--max-queries N]
+    [--max-topk K] [--max-body-mb M] [--search-batch B]``."""
     import uvicorn
 
     from agentsearch.retrievers.base import RetrieverError
-    from agentsearch.retrievers.index import load_retriever
 
     try:
-        retriever = load_retriever(list(a.index), threads=getattr(a, "threads", None))
-    except RetrieverError as e:
+        app, retriever = app_from_args(a)
+    except (RetrieverError, ValueError) as e:
         print(f"agentsearch serve: error: {e}", file=sys.stderr)
         return 2
-    limits = Limits(max_queries=a.max_queries, max_topk=a.max_topk,
-                    max_query_chars=getattr(a, "max_query_chars", None) or 4096)
-    app = create_app(retriever, limits, batch_window_ms=getattr(a, "batch_window_ms", None) or 0.0)
     if a.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: serving on {a.host}: anyone who can reach this port can query the index "
               "(there is no authentication)", file=sys.stderr)
     kind = getattr(retriever, "kind", type(retriever).__name__)
     n = getattr(retriever, "num_docs", None)
-    print(f"serving {kind} index ({'?' if n is None else f'{n:,}'} documents) on "
+    devices = getattr(retriever, "devices", None)
+    where = f", encoder on {devices['encoder']}, FAISS on {devices['faiss']}" if devices else ""
+    print(f"serving {kind} index ({'?' if n is None else f'{n:,}'} documents{where}) on "
           f"http://{a.host}:{a.port}  (POST /retrieve, GET /health)", flush=True)
     uvicorn.run(app, host=a.host, port=a.port, log_level="warning", access_log=False)
     return 0

@@ -12,14 +12,20 @@ fused (hybrid search) and a dense index can tell when it no longer matches its d
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from agentsearch.retrievers.base import Hit, RetrieverError
 
-__all__ = ["DocStore", "MANIFEST", "DOCS", "FORMAT", "read_manifest", "write_manifest"]
+__all__ = ["DocStore", "MANIFEST", "DOCS", "FORMAT", "read_manifest", "write_manifest", "check_out_dir",
+           "staging", "finish_index"]
 
 MANIFEST = "manifest.json"
 DOCS = "docs.jsonl"
@@ -103,3 +109,36 @@ def read_manifest(index_dir: str | Path) -> dict:
 
 def write_manifest(index_dir: Path, manifest: dict) -> None:
     (index_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """An index may replace an index folder, never another non-empty folder."""
+    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / MANIFEST).exists():
+        raise RetrieverError(f"{out_dir} exists and is not an index folder; choose another --out")
+
+
+@contextlib.contextmanager
+def staging(out_dir: Path) -> Iterator[Path]:
+    """A private folder beside ``out_dir`` that replaces ``out_dir`` when the block ends
+    without error (and is removed when it fails), so a reader never sees half an index."""
+    check_out_dir(out_dir)
+    tmp = out_dir.with_name(f".{out_dir.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        if out_dir.exists():
+            shutil.rmtree(out_dir)  # links inside (adopted indexes) go, their targets stay
+        tmp.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def finish_index(folder: Path, docs: DocStore, kind: str, corpus_path, t0: float, extra: dict) -> None:
+    """Write ``docs.jsonl`` and the manifest: the last step of every build or adoption."""
+    docs.save(folder)
+    write_manifest(folder, {"format": FORMAT, "kind": kind, "num_docs": len(docs),
+                            "corpus_sha256": docs.sha256(), "corpus_path": str(corpus_path),
+                            "build_seconds": round(time.perf_counter() - t0, 2),
+                            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra})

@@ -7,6 +7,14 @@ are played (greedy when ``temperature`` is 0); Mean@n is the mean of ``answer_co
 over the n samples, Best@n whether any of them was correct. ``macro`` averages the
 benchmarks equally, ``weighted`` by their sizes (= the plain mean over questions).
 
+Which questions: ``eval.limit`` N (0 = all). When every row has a ``data_source`` and there
+are several (Search-R1's merged ``test.parquet`` lists NQ first, so its first N rows are NQ
+only), N are sampled per source (``sample_per_source``): ``equal`` (default) takes the same
+number from each source (a source with fewer gives all it has, the others share the rest),
+``proportional`` takes each source's share of the file, ``first`` the first N rows. The
+sample is drawn with a fixed seed (0), so every run, whatever its seed, evaluates the same
+questions, kept in file order. Other rows (the synthetic world) take the first N.
+
 Behaviour per benchmark, to see *what* RL changed: ``searches`` (tool calls per episode),
 ``no_search_answer`` (share of episodes that answered without any tool call) and
 ``one_search_answer`` (answered after exactly one). ``write_samples`` saves a few decoded
@@ -17,9 +25,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from agentsearch.rollout import SamplingParams, rollout
+import numpy as np
 
-__all__ = ["evaluate", "eval_settings", "eval_envs", "cli_policy", "main"]
+from agentsearch.core.config import ConfigError
+from agentsearch.rollout import EventLoop, SamplingParams, rollout
+
+__all__ = ["evaluate", "eval_settings", "eval_envs", "sample_per_source", "cli_policy", "main"]
+
+PER_SOURCE = ("equal", "proportional", "first")
 
 
 def eval_settings(cfg) -> dict:
@@ -41,9 +54,53 @@ def eval_envs(cfg, split: str | None = None, questions: str | None = None, limit
     limit = cfg.eval.limit if limit is None else limit
     n = n or cfg.eval.n
     envs = build_envs(cfg, 1, split=split, questions=questions)
-    tasks = envs[0].tasks[:limit] if limit else list(envs[0].tasks)
+    tasks = sample_per_source(envs[0].tasks, limit, cfg.eval.per_source)
     envs += build_envs(cfg, len(tasks) * n - 1, split=split, questions=questions)
     return envs, tasks
+
+
+def sample_per_source(tasks: list[dict], limit: int, how: str = "equal", seed: int = 0) -> list[dict]:
+    """``limit`` of ``tasks`` (0 = all): sampled per ``data_source`` (``how``: ``equal``,
+    ``proportional`` or ``first``; see the module docstring), or the first ``limit``."""
+    if how not in PER_SOURCE:
+        raise ConfigError(f"eval.per_source={how!r} must be one of {', '.join(PER_SOURCE)}")
+    if not limit or limit >= len(tasks):
+        return list(tasks)
+    sources = [t.get("data_source") for t in tasks]
+    names = sorted({str(s) for s in sources if s is not None})
+    if how == "first" or None in sources or len(names) < 2:
+        return list(tasks[:limit])
+    rows: dict[str, list[int]] = defaultdict(list)
+    for i, s in enumerate(sources):
+        rows[str(s)].append(i)
+    take = _quotas({k: len(rows[k]) for k in names}, limit, how)
+    rng = np.random.default_rng(seed)
+    picked = [i for k in names for i in rng.choice(rows[k], size=take[k], replace=False).tolist()]
+    return [tasks[i] for i in sorted(picked)]
+
+
+def _quotas(sizes: dict[str, int], limit: int, how: str) -> dict[str, int]:
+    """Questions per source, summing to ``limit`` (< the total), none above its size."""
+    if how == "proportional":  # largest remainders
+        total = sum(sizes.values())
+        exact = {k: limit * n / total for k, n in sizes.items()}
+        take = {k: int(x) for k, x in exact.items()}
+        for k in sorted(sizes, key=lambda k: (-(exact[k] - take[k]), k))[:limit - sum(take.values())]:
+            take[k] += 1
+        return take
+    take, left, open_ = {}, limit, sorted(sizes)  # equal: fill small sources, share the rest
+    while open_:
+        share = left // len(open_)
+        small = [k for k in open_ if sizes[k] <= share]
+        if not small:
+            for j, k in enumerate(open_):
+                take[k] = share + (1 if j < left - share * len(open_) else 0)
+            return take
+        for k in small:
+            take[k] = sizes[k]
+            left -= sizes[k]
+        open_ = [k for k in open_ if k not in small]
+    return take
 
 
 def _bucket(task: dict) -> str:
@@ -151,7 +208,7 @@ def main(a) -> int:
     the run's (or preset's) ``eval`` settings."""
     import json
 
-    from agentsearch.trainer.setup import build_backend
+    from agentsearch.trainer.setup import build_backend, preflight
 
     cfg, model, tok = cli_policy(a)
     if hasattr(model, "merge_and_unload"):
@@ -165,7 +222,11 @@ def main(a) -> int:
             settings["temperature"] = cfg.generation.temperature
     envs, tasks = eval_envs(cfg, "dev" if questions else split, questions or cfg.eval.questions,
                             a.limit, settings["n"])
-    backend = build_backend(cfg, model, tok)
-    res = evaluate(backend, envs, tasks, **settings)
+    with EventLoop() as events:
+        events.own(envs)
+        preflight(envs[0], loop=events)  # a dead retriever is a one-line error, not zero scores
+        backend = build_backend(cfg, model, tok)
+        events.own(backend)
+        res = evaluate(backend, envs, tasks, **settings, loop=events)
     print(json.dumps(res, indent=1))
     return 0

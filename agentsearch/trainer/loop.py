@@ -86,6 +86,8 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
     model, tok = build_policy(cfg)
     optimizer, scheduler = make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay,
                                           warmup_steps=cfg.warmup_steps)
+    for group in optimizer.param_groups:  # make_optimizer's betas are the warm start's; RL's are set
+        group["betas"] = tuple(cfg.adam_betas)
     replay = build_replay(cfg)
     health = HealthMonitor(replay_kind=cfg.replay.kind)  # health/* alarms: a run that learns nothing says so
     n_episodes = cfg.prompts_per_step * cfg.group_size

@@ -4,6 +4,7 @@ task sampler, tool-latency profile. Kept out of ``loop.py`` so the loop reads to
 
 from __future__ import annotations
 
+import functools
 import random
 from pathlib import Path
 
@@ -18,7 +19,8 @@ from agentsearch.models.lora import apply_lora
 from agentsearch.trainer.train_config import TrainConfig
 
 __all__ = ["resolve_device", "build_policy", "build_backend", "build_envs",
-           "build_replay", "TaskSampler", "LatencyTool", "seed_everything", "preflight", "git_revision"]
+           "build_replay", "TaskSampler", "LatencyTool", "seed_everything", "preflight", "git_revision",
+           "policy_tokenizer"]
 
 
 def seed_everything(seed: int) -> None:
@@ -54,7 +56,12 @@ def build_policy(cfg: TrainConfig):
             raise ConfigError("kl_coef > 0 is not supported with a vision-language model yet")
         model, processor = load_vlm(source, dtype=dtype, device=str(device), seed=cfg.seed)
         return _finish_policy(cfg, model, ImageTextTokenizer(processor))
-    model, tok = load_model(source, dtype=dtype, device=str(device), seed=cfg.seed)
+    try:
+        model, tok = load_model(source, dtype=dtype, device=str(device), seed=cfg.seed)
+    except (OSError, ValueError) as e:  # not in the local cache, not a folder, unknown name
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(_not_local(source, e)) from None
     if cfg.init_from:  # a saved tiny model keeps the tiny tokenizer
         tok_dir = Path(cfg.init_from)
         if not (tok_dir / "tokenizer.json").exists():
@@ -62,6 +69,37 @@ def build_policy(cfg: TrainConfig):
 
             tok = load_tokenizer(cfg.model)
     return _finish_policy(cfg, model, tok)
+
+
+def _not_local(source: str, e: Exception) -> str:
+    """One line for a model or tokenizer that does not load (``OSError``: not on disk)."""
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    if not isinstance(e, OSError):
+        return f"model {source!r}: {first}"
+    return (f"model {source!r} does not load from local files ({first}); nothing is downloaded at "
+            f"run time: put it in the Hugging Face cache first (huggingface-cli download {source}) "
+            "or set model=PATH to a local folder")
+
+
+def policy_tokenizer(cfg: TrainConfig):
+    """The policy's tokenizer, for envs that need it (``chat_template: policy``,
+    ``max_obs_tokens``): the one ``build_policy`` gives, loaded alone and cached."""
+    source = cfg.model
+    if cfg.init_from and (Path(cfg.init_from) / "tokenizer.json").exists():
+        source = cfg.init_from
+    return _tokenizer(source)
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizer(source: str):
+    from agentsearch.models.text import load_tokenizer
+
+    try:
+        return load_tokenizer(source)
+    except (OSError, ValueError) as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(_not_local(source, e)) from None
 
 
 def _finish_policy(cfg: TrainConfig, model, tok):
@@ -95,14 +133,31 @@ def build_backend(cfg: TrainConfig, model, tok):
 
 def build_envs(cfg: TrainConfig, count: int, split: str = "train", questions: str | None = None) -> list:
     """``count`` env instances of ``cfg.env`` (one per concurrent episode, reused every step);
-    ``questions`` replaces the env's task file (held-out evaluation sets)."""
+    ``questions`` replaces the env's task file (held-out evaluation sets). Envs that need the
+    policy's tokenizer (``chat_template: policy``, ``max_obs_tokens``) get it as ``tokenizer=``.
+
+    Refused with a message saying what to set: another split than ``train`` (an evaluation)
+    without ``questions`` while ``env_kwargs.questions`` names the training file (it would
+    silently evaluate on the training questions), and ``env_kwargs.max_turns`` differing from
+    ``max_turns`` (the smaller would win silently: the env truncates, the rollout stops)."""
     import gymnasium
 
     kwargs = dict(cfg.env_kwargs)
+    if split != "train" and questions is None and kwargs.get("questions") is not None:
+        raise ConfigError(f"env_kwargs.questions={kwargs['questions']} are the training questions and "
+                          "eval.questions is not set, so evaluation would run on the training file: set "
+                          "eval.questions=TEST_FILE (e.g. Search-R1's test.parquet), or "
+                          f"eval.questions={kwargs['questions']} to evaluate on the training questions")
+    if "max_turns" in kwargs and kwargs["max_turns"] != cfg.max_turns:
+        raise ConfigError(f"env_kwargs.max_turns={kwargs['max_turns']} and max_turns={cfg.max_turns} "
+                          "disagree (the smaller would win silently): set max_turns only; the trainer "
+                          "passes it to the env (Search-R1's max_turns=N is max_turns=N+1 here)")
     kwargs["split"] = split
     if questions is not None:
         kwargs["questions"] = questions
     kwargs.setdefault("max_turns", cfg.max_turns)
+    if kwargs.get("chat_template") == "policy" or kwargs.get("max_obs_tokens") is not None:
+        kwargs.setdefault("tokenizer", policy_tokenizer(cfg))
     envs = []
     for i in range(count):
         try:

@@ -137,9 +137,16 @@ class EvalConfig:
     split: str = "dev"
     """The env's split to evaluate on (world: train/dev/test)."""
     questions: str | None = None
-    """A held-out question file (JSONL/parquet) instead of ``split``, for custom data."""
+    """A held-out question file (JSONL/parquet) instead of ``split``, for custom data; required
+    when ``env_kwargs.questions`` is set (evals never fall back to the training file)."""
     limit: int = 200
-    """Questions per evaluation (the first N of the split; 0 = all)."""
+    """Questions per evaluation (0 = all); which ones: ``per_source``."""
+    per_source: Literal["equal", "proportional", "first"] = "equal"
+    """How ``limit`` picks questions from a file whose rows all have a ``data_source`` and that
+    has several (Search-R1's merged test.parquet lists NQ first): ``equal`` = the same number
+    from each source (a smaller source gives all it has, the others share the rest),
+    ``proportional`` = each source's share of the file, ``first`` = the first N rows. Fixed
+    seed: every run evaluates the same questions. Other data (the world) takes the first N."""
     n: int = 1
     """Samples per question: Mean@n and Best@n."""
     temperature: float = 0.0
@@ -208,7 +215,8 @@ class TrainConfig:
     group_size: int = 8
     """Responses per prompt (GRPO's n)."""
     max_turns: int = 4
-    """Agent turns per episode (out of turns = truncated)."""
+    """Agent turns per episode (out of turns = truncated). Search-R1's ``max_turns=N`` is N + 1
+    here (its N search turns, then a final answer turn); ``env_kwargs.max_turns`` must not differ."""
     max_seq_len: int = 1024
     """Token budget of an episode (prompt + turns + observations); longer ones are truncated."""
     generation: SamplingConfig = field(default_factory=SamplingConfig)
@@ -252,12 +260,24 @@ class TrainConfig:
     """AdamW learning rate of the RL phase."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
+    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
+    """AdamW (beta1, beta2) of the RL phase (torch's and verl's default: 0.9, 0.999)."""
     warmup_steps: int = 0
-    """Linear learning-rate warmup (optimizer steps)."""
+    """Linear learning-rate warmup (training steps: the schedule steps once per step)."""
     grad_clip: float = 1.0
     """Global gradient-norm clip."""
     micro_batch_size: int = 16
-    """Sequences per forward/backward; gradients accumulate over the whole step's batch."""
+    """Sequences per forward/backward; gradients accumulate over an optimizer step's rows."""
+    update_minibatch_size: int | None = None
+    """Rows (episodes) per optimizer step: the step's rows are cut in order into mini-batches
+    of this size, one optimizer step each; None = one step on all of them. Search-R1 (verl's
+    ``ppo_mini_batch_size``) takes 10 steps per 2,560-episode batch. Later mini-batches see a
+    ratio away from 1, so the clip matters: the standard reuse of a costly batch."""
+    update_epochs: int = 1
+    """Passes over the step's rows (verl's ``ppo_epochs``, OpenRLHF's ``max_epochs``)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus: the loss subtracts this times the policy-token entropy, aggregated like
+    the loss (verl's ``entropy_coeff``: 0.001 in Search-R1's scripts)."""
     # --- replay
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     # --- warm start and evaluation
@@ -277,6 +297,14 @@ class TrainConfig:
 
     def __post_init__(self):
         problems = []
+        if len(self.adam_betas) != 2 or not all(0 <= b < 1 for b in self.adam_betas):
+            problems.append(f"adam_betas={self.adam_betas}: two numbers in [0, 1)")
+        if self.update_minibatch_size is not None and self.update_minibatch_size < 1:
+            problems.append("update_minibatch_size must be >= 1 (or none)")
+        if self.update_epochs < 1:
+            problems.append("update_epochs must be >= 1")
+        if self.entropy_coef < 0:
+            problems.append("entropy_coef must be >= 0")
         if self.steps < 0:
             problems.append(f"steps={self.steps} must be >= 0")
         if self.group_size < 2:

@@ -243,7 +243,7 @@ class AgentExecutor(AgentExecutorBase):
         self._close.detach()
         await aclose_all(self._pools.drain())
 
-    def _acquire(self, spec: dict):
+    def _acquire(self, spec: dict, tokenizer=None):
         key = json.dumps([spec["env"], spec.get("env_kwargs") or {}], sort_keys=True)
         pool = self._pools.free.setdefault(key, [])
         if pool:
@@ -254,6 +254,8 @@ class AgentExecutor(AgentExecutorBase):
 
         kwargs = dict(spec.get("env_kwargs") or {})
         kwargs.setdefault("max_turns", spec["max_turns"])
+        if kwargs.get("chat_template") == "policy" or kwargs.get("max_obs_tokens") is not None:
+            kwargs.setdefault("tokenizer", tokenizer)  # the policy's: its chat template, its token counts
         try:
             env = gymnasium.make(spec["env"], disable_env_checker=True, **kwargs).unwrapped
         except gymnasium.error.Error as e:
@@ -265,14 +267,15 @@ class AgentExecutor(AgentExecutorBase):
         spec = parse_label(label)
         check_env_supported(spec["env"])
         self._pools.loop = asyncio.get_running_loop()
-        key, env = self._acquire(spec)
+        tok = env_tokenizer(hf_tokenizer)
+        key, env = self._acquire(spec, tok)
         params = SamplingParams(max_new_tokens=spec["max_new_tokens"],
                                 temperature=float(sampling_params.temperature),
                                 top_p=float(sampling_params.top_p),
                                 top_k=max(int(sampling_params.top_k or 0), 0))
         try:
             episodes, _ = await arollout([env], [deepcopy(spec["task"])],
-                                         EngineBackend(llm_engine, env_tokenizer(hf_tokenizer)), params,
+                                         EngineBackend(llm_engine, tok), params,
                                          max_turns=spec["max_turns"], max_seq_len=int(max_length))
         finally:
             if self._pools.closed:

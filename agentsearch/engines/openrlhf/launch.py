@@ -6,7 +6,7 @@ The config (``OpenRLHFConfig``) is one of our training presets (``train.*``: env
 loss, replay, rollout sizes) plus how OpenRLHF lays the run out on the cluster. The launcher
 
 1. checks what would fail later, before Ray starts (``preflight``): the OpenRLHF version, the
-   extra, the env id, the model, a remote retriever's ``/health``;
+   extra, the env id, the model, a remote retriever (``/health``, or a Search-R1 ``/retrieve``);
 2. writes the prompt files into the run folder: one line per task, ``{"prompt": question,
    "label": task_label(...)}`` (the executor plays the task the label names);
 3. builds the command ``python -m agentsearch.engines.openrlhf.entry --agentsearch-config
@@ -140,14 +140,14 @@ def preflight(cfg: OpenRLHFConfig) -> None:
                           + "\n  - ".join(refused))
     index = str(t.env_kwargs.get("index") or "")
     if index.startswith(("http://", "https://")):
-        from agentsearch.retrievers.client import RemoteRetriever
+        from agentsearch.retrievers.client import probe_service
 
-        try:
-            with RemoteRetriever(index, timeout=5.0, retries=1) as r:
-                r.health()
+        try:  # /health, or (Search-R1's own server has none) one Search-R1 /retrieve request
+            probe_service(index, timeout=5.0)
         except Exception as e:  # noqa: BLE001 - any failure means the service is not usable
             raise ConfigError(f"the retriever at {index} does not answer ({e}); start it with "
-                              "`agentsearch serve --index ...` on a host every node can reach") from None
+                              "`agentsearch serve --index ...` (or Search-R1's retrieval_server.py) on a "
+                              "host every node can reach") from None
 
 
 def model_path(cfg: OpenRLHFConfig, run: Path, *, write: bool) -> str:
@@ -199,21 +199,21 @@ def write_prompts(cfg: OpenRLHFConfig, run: Path) -> tuple[Path, Path | None]:
     limit = t.eval.limit if cfg.eval_questions is None else cfg.eval_questions
     if cfg.eval_questions == 0:
         return train, None
-    dev = build_envs(t, 1, split=t.eval.split, questions=t.eval.questions)[0].tasks
-    dev = dev[:limit] if limit else dev
+    from agentsearch.trainer.eval import sample_per_source
+
+    dev = sample_per_source(build_envs(t, 1, split=t.eval.split, questions=t.eval.questions)[0].tasks,
+                            limit, t.eval.per_source)
     evalf = run / "eval.jsonl"
     evalf.write_text(rows(dev))
     return train, evalf
 
 
-def local_adam_betas() -> tuple[float, float]:
-    """The local trainer's AdamW betas, read from ``make_optimizer`` itself (its source is
-    part of the shipped base model's fingerprint, so it is not edited to export them)."""
-    import torch
-
-    from agentsearch.algorithms.optim import make_optimizer
-
-    return tuple(make_optimizer(torch.nn.Linear(1, 1), 1.0)[0].defaults["betas"])
+def optimizer_steps_per_step(cfg: OpenRLHFConfig) -> int:
+    """OpenRLHF optimizer steps per training step: the rollout's rows / ``train.batch_size``,
+    times the epochs."""
+    t = cfg.train
+    rows = rollout_batch(cfg) * t.group_size
+    return max(1, rows // (t.update_minibatch_size or rows)) * t.update_epochs
 
 
 def openrlhf_arguments(cfg: OpenRLHFConfig, run: Path, model: str, train: Path,
@@ -231,9 +231,9 @@ def openrlhf_arguments(cfg: OpenRLHFConfig, run: Path, model: str, train: Path,
         "--rollout.micro_batch_size": str(cfg.rollout_micro_batch_size),
         "--rollout.max_new_tokens": str(t.generation.max_new_tokens),
         "--rollout.temperature": str(t.generation.temperature), "--rollout.top_p": str(t.generation.top_p),
-        "--train.batch_size": str(batch * t.group_size),
+        "--train.batch_size": str(t.update_minibatch_size or batch * t.group_size),
         "--train.micro_batch_size": str(cfg.micro_batch_size or t.micro_batch_size),
-        "--train.num_episodes": "1", "--train.max_epochs": "1", "--train.seed": str(t.seed),
+        "--train.num_episodes": "1", "--train.max_epochs": str(t.update_epochs), "--train.seed": str(t.seed),
         "--algo.advantage.estimator": "group_norm" if t.advantage_scale == "std" else "dr_grpo",
         "--algo.advantage.is_correction_level": cfg.is_correction,
         "--algo.advantage.is_correction_mode": cfg.is_correction_mode,
@@ -241,7 +241,7 @@ def openrlhf_arguments(cfg: OpenRLHFConfig, run: Path, model: str, train: Path,
         "--actor.loss_agg_mode": "token-mean" if t.agg == "token" else "seq-mean-token-mean",
         "--actor.adam.lr": str(t.lr), "--actor.adam.weight_decay": str(t.weight_decay),
         "--actor.lr_scheduler": "constant_with_warmup",
-        "--actor.lr_warmup_ratio": repr(warmup_ratio(t.warmup_steps, t.steps)),
+        "--actor.lr_warmup_ratio": repr(warmup_ratio(t.warmup_steps, t.steps, optimizer_steps_per_step(cfg))),
         "--actor.max_norm": str(t.grad_clip),
         "--algo.kl.init_coef": str(t.kl_coef), "--algo.kl.estimator": t.kl_kind if t.kl_coef > 0 else "k1",
         "--actor.num_nodes": str(cfg.num_nodes), "--actor.num_gpus_per_node": str(cfg.gpus_per_node),
@@ -254,7 +254,9 @@ def openrlhf_arguments(cfg: OpenRLHFConfig, run: Path, model: str, train: Path,
     }
     argv = [x for kv in args.items() for x in kv]
     argv += ["--actor.eps_clip_low_high", str(t.clip_low), str(t.clip_high),
-             "--actor.adam.betas", *(str(b) for b in local_adam_betas()), "--ckpt.load_enable"]
+             "--actor.adam.betas", *(str(b) for b in t.adam_betas), "--ckpt.load_enable"]
+    if t.entropy_coef > 0:
+        argv += ["--actor.entropy_coef", str(t.entropy_coef)]
     if t.kl_coef > 0:
         argv.append("--algo.kl.use_loss")  # KL as a loss: the rewards (and stored advantages) stay KL-free
     if t.dual_clip is not None:
@@ -286,7 +288,7 @@ def settings(cfg: OpenRLHFConfig) -> dict:
         "headroom_weighting": r.headroom_weighting, "drift_kind": r.drift_kind,
         "success_threshold": r.success_threshold, "seed": cfg.train.seed}
     return {"replay": replay, "lora_rank": cfg.train.lora.r if cfg.train.lora.enabled else 0,
-            "fresh_per_step": cfg.train.prompts_per_step, "out": str(Path(cfg.out).resolve()),
+            "fresh_per_step": cfg.train.prompts_per_step, "optimizer_steps_per_step": optimizer_steps_per_step(cfg), "out": str(Path(cfg.out).resolve()),
             "config": to_dict(cfg)}
 
 

@@ -53,8 +53,14 @@ FIELDS: dict[str, str] = {
                "averages the KL loss per token)",
     "kl_kind": "`--algo.kl.estimator`",
     "lr": "`--actor.adam.lr`", "weight_decay": "`--actor.adam.weight_decay`",
+    "adam_betas": "`--actor.adam.betas`",
+    "update_minibatch_size": "`--train.batch_size` (rows per optimizer step); refused with replay on (a "
+                             "replay step's rows include padded slots)",
+    "update_epochs": "`--train.max_epochs`",
+    "entropy_coef": "`--actor.entropy_coef`; with `agg=sequence` refused (OpenRLHF averages it per token)",
     "warmup_steps": "`--actor.lr_scheduler constant_with_warmup`, `--actor.lr_warmup_ratio` giving "
-                    "exactly `warmup_steps` (OpenRLHF's warmup starts at 0, ours at lr/warmup: one step apart)",
+                    "exactly `warmup_steps` steps (OpenRLHF's warmup starts at 0, ours at lr/warmup: one step "
+                    "apart; with several optimizer steps a step, OpenRLHF ramps within the steps)",
     "grad_clip": "`--actor.max_norm`",
     "micro_batch_size": "`--train.micro_batch_size` (per GPU) unless `micro_batch_size` is set",
     "replay.kind": "the trainer's replay strategy (`ppo_trainer.py`); `none` = OpenRLHF's own step",
@@ -66,6 +72,7 @@ FIELDS: dict[str, str] = {
              "and launch with `train.init_from=RUN/final`",
     "eval.every": "`--eval.steps`", "eval.split": "the eval prompt file's split",
     "eval.questions": "the eval prompt file's source", "eval.limit": "eval questions unless `eval_questions`",
+    "eval.per_source": "how the eval prompt file samples a multi-source file (as the local eval)",
     "eval.n": "`--eval.n_samples_per_prompt`", "eval.temperature": "`--eval.temperature`",
     "seed": "`--train.seed` and the prompt order",
     "checkpoint_every": "`--ckpt.save_steps` (resume is on: `--ckpt.load_enable`)",
@@ -93,11 +100,12 @@ def leaf_fields(cls, prefix: str = "") -> list[str]:
     return out
 
 
-def warmup_ratio(warmup_steps: int, steps: int) -> float:
-    """``--actor.lr_warmup_ratio`` for exactly ``warmup_steps`` (OpenRLHF takes
-    ``ceil(steps x ratio)``; ``warmup/steps`` itself can round up one step in floating point)."""
-    ratio = max(0.0, (warmup_steps - 0.5) / steps) if warmup_steps > 0 else 0.0
-    assert math.ceil(steps * ratio) == warmup_steps
+def warmup_ratio(warmup_steps: int, steps: int, per_step: int = 1) -> float:
+    """``--actor.lr_warmup_ratio`` for exactly ``warmup_steps`` training steps of
+    ``per_step`` optimizer steps each (OpenRLHF warms up ``ceil(optimizer steps x ratio)``
+    optimizer steps; ``warmup/steps`` itself can round up one in floating point)."""
+    ratio = max(0.0, (warmup_steps - 0.5 / per_step) / steps) if warmup_steps > 0 else 0.0
+    assert math.ceil(steps * per_step * ratio) == warmup_steps * per_step
     return ratio
 
 
@@ -114,6 +122,11 @@ def refusals(t, extra_args: list[str] = ()) -> list[str]:
         out.append("train.overlong_buffer > 0: " + FIELDS["overlong_buffer"].split(": ", 1)[1])
     if t.kl_coef > 0 and t.agg == "sequence":
         out.append("train.kl_coef > 0 with train.agg=sequence: OpenRLHF averages the KL loss per token")
+    if t.entropy_coef > 0 and t.agg == "sequence":
+        out.append("train.entropy_coef > 0 with train.agg=sequence: OpenRLHF averages the entropy per token")
+    if t.update_minibatch_size and t.replay.kind != "none" and t.replay.k_rep > 0:
+        out.append("train.update_minibatch_size with replay on: a replay step's rows include padded empty "
+                   "slots, so OpenRLHF's mini-batches would not be the local trainer's")
     if t.tool_latency.kind != "none":
         out.append("train.tool_latency: simulated tool latency runs in the local trainer only")
     if t.sft.steps > 0 or t.sft.pretrain_steps > 0:

@@ -134,8 +134,10 @@ class AgentsearchPPOTrainer(PPOTrainer.__ray_actor_class__):
             self.samples_generator.fresh = self.fresh_per_step
 
     def get_max_steps(self):
-        """Optimizer steps of the run: one per ``fresh_per_step`` prompts (replay or not)."""
-        return len(self.prompts_dataloader.dataset) // self.fresh_per_step
+        """Optimizer steps of the run (the LR schedule's length): training steps, one per
+        ``fresh_per_step`` prompts (replay or not), times the optimizer steps of each."""
+        per_step = int(getattr(self.settings, "optimizer_steps_per_step", 1))
+        return len(self.prompts_dataloader.dataset) // self.fresh_per_step * per_step
 
     # -- a step -------------------------------------------------------------------------
     def _compute_rollout_stats(self, experiences):

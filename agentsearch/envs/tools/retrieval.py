@@ -27,7 +27,12 @@ def default_retriever(index: str | None = None, world_seed: int = 0,
                 _RETRIEVERS[key] = retrievers.load_retriever(index)  # the client micro-batches
                 return _RETRIEVERS[key]
             if index is not None:
-                base = retrievers.load_retriever(index)
+                try:
+                    base = retrievers.load_retriever(index)
+                except OSError as e:  # a dense index whose encoder is not in the local cache, ...
+                    if isinstance(e, FileNotFoundError) and not Path(index).exists():
+                        raise ConfigError(f"index folder {index} does not exist (env_kwargs.index)") from None
+                    raise ConfigError(f"index {index} does not load: {str(e).splitlines()[0]}") from None
             else:
                 base = retrievers.world_index(seed=world_seed, kind="bm25s",
                                               entities=world_entities)
@@ -43,7 +48,8 @@ class SearchTool:
     ``retriever``: any ``agentsearch.retrievers.Retriever``. Without one the default is
     built on first use (and shared): a bm25s index of the synthetic world ``world_seed``,
     or the index folder ``index``, behind a ``BatchingRetriever`` so that the searches of
-    concurrent episodes go to the index as one batch.
+    concurrent episodes go to the index as one batch. ``no_results``: the text of a search
+    without hits (``SearchEnv(parser="search_r1")`` passes ``""``, as Search-R1 gives).
     """
 
     name = "search"
@@ -54,8 +60,9 @@ class SearchTool:
 
     def __init__(self, retriever=None, *, topk: int = 3, index: str | None = None,
                  world_seed: int = 0, world_entities: int | None = None, timeout_s: float = 30.0,
-                 max_query_chars: int = 512):
+                 max_query_chars: int = 512, no_results: str = "No results."):
         self._retriever = retriever
+        self.no_results = no_results  # Search-R1 gives "" (an empty <information></information>)
         self.topk, self.index, self.world_seed = topk, index, world_seed
         self.world_entities = world_entities
         self.timeout_s = timeout_s
@@ -74,7 +81,7 @@ class SearchTool:
         if not query:
             return "Empty query: write the words to search for."
         hits = (await self.retriever.asearch([query], self.topk))[0]
-        return format_hits(hits) if hits else "No results."
+        return format_hits(hits) if hits else self.no_results
 
     async def aclose(self) -> None:
         """Close the retriever's async clients (``RemoteRetriever.aclose``), if it has been

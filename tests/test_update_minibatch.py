@@ -1,0 +1,103 @@
+"""Several optimizer steps per rollout (mini-batches, epochs), the entropy bonus and the RL
+phase's Adam betas: hand-worked numbers and equalities with the one-step path."""
+
+import copy
+import dataclasses
+import math
+
+import pytest
+import torch
+from test_update import EPISODES, _cfg, _rows  # noqa: E402 - shared fixtures of the update tests
+
+from agentsearch.algorithms.losses import entropy_bonus
+from agentsearch.algorithms.optim import make_optimizer
+from agentsearch.algorithms.update import minibatches, policy_update
+from agentsearch.models import load_model
+from agentsearch.models.logprobs import token_logprobs
+
+
+@pytest.fixture(scope="module")
+def base():
+    return load_model("tiny-s", seed=0)[0]
+
+
+def test_entropy_bonus_hand_worked():
+    ent = torch.tensor([[0.0, 1.0, 3.0], [0.0, 2.0, 0.0]])              # [2, 3]
+    mask = torch.tensor([[False, True, True], [False, True, False]])
+    assert float(entropy_bonus(ent, mask)) == pytest.approx(6.0 / 3)                 # token mean
+    assert float(entropy_bonus(ent, mask, unit="sequence")) == pytest.approx((2.0 + 2.0) / 2)
+    assert float(entropy_bonus(ent, mask, normalizer=6.0)) == pytest.approx(1.0)     # a step's count
+
+
+def test_token_entropy_is_the_entropy_of_the_scored_distribution(base):
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    lp, ent = token_logprobs(base, ids, temperature=0.7, with_entropy=True)           # [1, 6] each
+    assert torch.equal(lp, token_logprobs(base, ids, temperature=0.7))
+    with torch.no_grad():
+        logp = torch.log_softmax(base(ids).logits[0, :-1].float() / 0.7, -1)         # [5, V]
+    want = -(logp.exp() * logp).sum(-1)
+    assert ent[0, 0] == 0 and torch.allclose(ent[0, 1:], want, atol=1e-5)
+
+
+def test_minibatches_cut_in_order():
+    rows = list(range(7))
+    assert minibatches(rows, None) == [rows] and minibatches(rows, 10) == [rows]
+    assert minibatches(rows, 3) == [[0, 1, 2], [3, 4, 5], [6]]
+
+
+def _step(model, cfg, rows, **kw):
+    opt, sched = make_optimizer(model, cfg.lr)
+    return policy_update(model, opt, sched, rows, dataclasses.replace(cfg, **kw)), opt, sched
+
+
+def test_minibatch_steps_equal_one_step_per_minibatch_and_one_schedule_step(base):
+    cfg = _cfg()
+    rows = _rows(base, cfg)
+    assert len(rows) >= 4
+    a = copy.deepcopy(base)
+    out, _, sched = _step(a, cfg, rows, update_minibatch_size=2)
+    with_signal = [mb for mb in minibatches(rows, 2) if any(r.adv != 0 for r in mb)]
+    assert len(minibatches(rows, 2)) == math.ceil(len(rows) / 2) > len(with_signal) > 1  # task b: no signal
+    assert out["train/optimizer_steps"] == len(with_signal) and out["train/skipped"] == 0
+    assert sched.last_epoch == 1                      # the LR schedule counts training steps
+    b = copy.deepcopy(base)                           # the same, by hand: one call per mini-batch
+    opt, _ = make_optimizer(b, cfg.lr)
+    for mb in minibatches(rows, 2):
+        policy_update(b, opt, None, mb, cfg)
+    for (n, p), q in zip(a.named_parameters(), b.parameters()):
+        assert torch.allclose(p, q, atol=1e-7), n
+    two, *_ = _step(copy.deepcopy(base), cfg, rows, update_epochs=2)
+    assert two["train/optimizer_steps"] == 2 and two["train/rows"] == len(rows)
+
+
+def test_entropy_bonus_moves_weights_even_without_advantages(base):
+    cfg = _cfg()
+    rows = [dataclasses.replace(r, adv=0.0) for r in _rows(base, cfg)]
+    m = copy.deepcopy(base)
+    out, *_ = _step(m, cfg, rows)
+    assert out["train/skipped_no_signal"] == 1.0      # nothing to learn without the bonus
+    out, *_ = _step(m, cfg, rows, entropy_coef=0.01)
+    assert out["train/skipped"] == 0 and out["train/entropy"] > 0
+    assert any(not torch.equal(p, q) for p, q in zip(m.parameters(), base.parameters()))
+
+
+def test_rl_phase_uses_the_configured_adam_betas(tmp_path, monkeypatch):
+    import agentsearch.trainer.loop as loop_module
+    from agentsearch.core.config import apply_overrides
+    from agentsearch.trainer.train_config import TrainConfig
+
+    seen = []
+    real = loop_module.policy_update
+
+    def spy(model, optimizer, *a, **k):
+        seen.append(optimizer.param_groups[0]["betas"])
+        return real(model, optimizer, *a, **k)
+
+    monkeypatch.setattr(loop_module, "policy_update", spy)
+    cfg = apply_overrides(TrainConfig, "tiny", [
+        "model=tiny-s", "steps=1", "prompts_per_step=2", "group_size=2", "max_turns=2", "max_seq_len=384",
+        "generation.max_new_tokens=8", "eval.limit=2", "eval.every=0", "replay.kind=none", "sft.steps=0",
+        "threads=1", "tensorboard=false", "adam_betas=[0.8, 0.95]", "update_minibatch_size=2"])
+    loop_module.train(cfg, tmp_path / "run", quiet=True)
+    assert seen == [(0.8, 0.95)]
+    assert len(EPISODES) == 6  # the shared fixture this file builds on
