@@ -124,11 +124,11 @@ def test_on_policy_launch_has_no_replay_and_fresh_batch(tmp_path):
 
 def test_every_shipped_openrlhf_preset_dry_runs(tmp_path, world_path, capsys):
     """The paper preset inherits kl_coef 0.001 with replay on: it used to exit 2."""
+    from test_search_r1_data import _parquet, _rows
+
     from agentsearch.core.config import PRESET_DIRS
     from agentsearch.engines.openrlhf.launch import launch, load_config
     from agentsearch.retrievers import load_retriever, serve_in_thread, world_index
-
-    from test_search_r1_data import _parquet, _rows
 
     presets = sorted(p.stem for d in PRESET_DIRS for p in d.glob("openrlhf-*.yaml"))
     assert {"openrlhf-tiny", "openrlhf-search-r1"} <= set(presets)
@@ -201,6 +201,7 @@ def test_every_train_field_is_mapped_or_refused_and_documented():
     ("train.loss=cispo", "gspo"),
     ("train.clip_low=null", "no lower clip"),
     ("train.tool_latency.kind=fixed", "local trainer only"),
+    ("train.async.tool_timeout_s=5", "keep their own timeouts"),
     ("train.env=agentsearch/Vision-v0", "Vision-v0"),
 ])
 def test_settings_openrlhf_would_run_differently_are_refused(tmp_path, override, words):

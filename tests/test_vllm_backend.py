@@ -134,3 +134,41 @@ def test_each_request_of_a_batch_gets_its_own_derived_seed():
     p = SamplingParams(8, seed=derive_seed(0, 3))
     assert [vllm_sampling_params(p, i).seed for i in range(3)] == [derive_seed(p.seed, i) for i in range(3)]
     assert vllm_sampling_params(SamplingParams(8), 2).seed is None
+
+
+def test_vllm_streaming_rollout_is_exact_and_follows_sync(tiny, tmp_path, small_world_path):
+    """Continuous batching (``VLLMStream``): each episode's turns are separate requests that
+    join the running engine; recorded logprobs equal a teacher-forced forward of the weights
+    of the version each turn was tagged with, across a sync between two rollouts."""
+    from agentsearch.data import read_jsonl
+    from agentsearch.envs import SearchEnv
+    from agentsearch.rollout.engines import VLLMStream, make_stream_engine
+    from agentsearch.rollout.streaming import stream_rollout
+    from agentsearch.rollout.vllm import VLLMBackend
+
+    model, tok = tiny
+    tasks = list(read_jsonl(small_world_path / "dev.jsonl"))[:4]
+    envs = [SearchEnv(split="dev", world_seed=7, world_entities=300, max_turns=3) for _ in range(8)]
+    backend = VLLMBackend(model, tok, max_model_len=1024, workdir=tmp_path / "v")
+    engine = make_stream_engine(backend)
+    assert isinstance(engine, VLLMStream)
+    params = SamplingParams(max_new_tokens=24, temperature=1.0, seed=3)
+    try:
+        for version in (0, 1):
+            eps, stats = stream_rollout(envs, tasks, engine, params, n_per_task=2, max_seq_len=1000)
+            assert stats.generate_calls > 0 and stats.time_generate > 0
+            for ep in eps:
+                assert {t["version"] for t in ep.info["turns"]} == {version}
+                ids = torch.tensor([ep.token_ids])
+                with torch.no_grad():
+                    ref = token_logprobs(model, ids)[0]  # [T]: logp of each token given its prefix
+                pol = torch.tensor(ep.action_mask, dtype=torch.bool)
+                pol[0] = False
+                assert (ref[pol] - torch.tensor(ep.gen_logprobs)[pol]).abs().max() < TOL
+            with torch.no_grad():  # new weights for the next rollout
+                for p in model.parameters():
+                    p.add_(0.05 * torch.randn_like(p))
+            engine.sync(model)
+    finally:
+        engine.close()
+        backend.close()

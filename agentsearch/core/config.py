@@ -8,8 +8,10 @@ Nested dataclasses are addressed with dots (``replay.tau=1e-3``).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
+import keyword
 import types
 import typing
 from pathlib import Path
@@ -30,9 +32,15 @@ class ConfigError(ValueError):
     """A bad preset, key or value; the message says which and how to fix it."""
 
 
+def config_key(name: str) -> str:
+    """A field's key in presets, overrides and dumps: its name, without the trailing ``_`` that
+    a Python keyword needs as a field name (the field ``async_`` is the key ``async``)."""
+    return name[:-1] if name.endswith("_") and keyword.iskeyword(name[:-1]) else name
+
+
 def _field_types(cls) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    return {config_key(f.name): hints[f.name] for f in dataclasses.fields(cls)}
 
 
 def _coerce(value: Any, tp: Any, where: str) -> Any:
@@ -155,7 +163,8 @@ def from_dict(cls: type[T], data: dict, prefix: str = "") -> T:
         msg = ", ".join(f"{prefix}{k}" + (f" (did you mean {prefix}{h[0]}?)" if h else "")
                         for k, h in zip(unknown, hints))
         raise ConfigError(f"unknown config key(s): {msg}. Known keys: {sorted(types_)}")
-    kwargs = {k: _coerce(v, types_[k], prefix + k) for k, v in data.items()}
+    names = {config_key(f.name): f.name for f in dataclasses.fields(cls)}
+    kwargs = {names[k]: _coerce(v, types_[k], prefix + k) for k, v in data.items()}
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as e:
@@ -163,7 +172,12 @@ def from_dict(cls: type[T], data: dict, prefix: str = "") -> T:
 
 
 def to_dict(cfg) -> dict:
-    return dataclasses.asdict(cfg)
+    """The config as a nested dict keyed as in presets (``config_key``)."""
+    out = {}
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        out[config_key(f.name)] = to_dict(value) if dataclasses.is_dataclass(value) else copy.deepcopy(value)
+    return out
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -259,7 +273,7 @@ def reference(cls, prefix: str = "") -> list[tuple[str, str, str]]:
     for f in dataclasses.fields(cls):
         value = getattr(defaults, f.name)
         if dataclasses.is_dataclass(value):
-            rows += reference(type(value), prefix + f.name + ".")
+            rows += reference(type(value), prefix + config_key(f.name) + ".")
         else:
-            rows.append((prefix + f.name, json.dumps(value, default=str), docs.get(f.name, "")))
+            rows.append((prefix + config_key(f.name), json.dumps(value, default=str), docs.get(f.name, "")))
     return rows

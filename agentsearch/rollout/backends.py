@@ -55,6 +55,8 @@ class Generation:
     """Log-prob of each sampled token under ``logits / temperature`` (before top-k/top-p)."""
     finish_reason: str
     """``"stop"`` (a stop string), ``"eos"``, or ``"length"``."""
+    version: int | None = None
+    """The weight version that generated it (streaming engines set it; see ``engines``)."""
 
 
 @runtime_checkable

@@ -3,8 +3,9 @@
 One step (the phase names are the ``time/*`` keys):
 
 1. ``generate`` + ``env`` + ``reward``: sample ``prompts_per_step`` tasks and play
-   ``group_size`` episodes of each, all at once (one batched generation call per turn;
-   tool calls overlap); rewards come from the envs.
+   ``group_size`` episodes of each, all at once: lock-step turns (one batched generation call
+   per turn; tool calls overlap) or, with ``async.enabled``, each episode on its own
+   (``rollout.streaming``); rewards come from the envs.
 2. ``logprobs``: one teacher-forced forward stores the trainer's own logprobs of the sampled
    tokens (the ratio denominator and the replay state); GRPO advantages per group.
 3. ``replay_scan``: the replay strategy picks stored groups (HDR: by cached headroom, gated
@@ -25,6 +26,7 @@ import json
 import logging
 import math
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -37,6 +39,8 @@ from agentsearch.core.progress import Progress
 from agentsearch.models.logprobs import make_score_fn, token_logprobs
 from agentsearch.models.lora import count_parameters, frozen_reference, reference_policy
 from agentsearch.rollout import EventLoop, SamplingParams, derive_seed, rollout
+from agentsearch.rollout.engines import make_stream_engine
+from agentsearch.rollout.streaming import stream_rollout
 from agentsearch.trainer.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
@@ -122,6 +126,9 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
     reference = frozen_reference(model, load_reference(run_dir)) if cfg.kl_coef > 0 else None
     backend = build_backend(cfg, model, tok)
     events.own(backend)  # a vLLM engine shuts down with the run
+    stream = make_stream_engine(backend, max_batch=cfg.async_.max_batch,
+                                max_wait_s=cfg.async_.max_wait_s) if cfg.async_.enabled else None
+    events.own(stream)
     logger = MetricsLogger(run_dir, tensorboard=cfg.tensorboard, wandb_project=cfg.wandb_project, config=to_dict(cfg))
     logger.truncate_after(step)
     timer = PhaseTimer(state["train_cumulative"])
@@ -153,9 +160,9 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
         # 1. generate + env + reward: all episodes of the step in one rollout
         tasks = sampler.sample(cfg.prompts_per_step)
         sampling.seed = derive_seed(cfg.seed, step)  # the rollout derives each turn's and request's
-        episodes, rstats = rollout(envs, tasks, backend, sampling, n_per_task=cfg.group_size,
-                                   max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len,
-                                   seed=derive_seed(cfg.seed, step, "reset"), loop=events)
+        play = partial(stream_rollout, engine=stream) if stream else partial(rollout, backend=backend)
+        episodes, rstats = play(envs, tasks, params=sampling, n_per_task=cfg.group_size, max_turns=cfg.max_turns,
+                                max_seq_len=cfg.max_seq_len, seed=derive_seed(cfg.seed, step, "reset"), loop=events)
         for phase in ("generate", "env", "reward"):
             timer.add(phase, rstats.metrics()[f"time/{phase}"])
         # 2. logprobs: the trainer's own logprobs become the replay state; GRPO advantages
@@ -182,8 +189,8 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
         admitted = replay.add(fresh, step)
         # 6. sync: new weights to the generation engine
         with timer.phase("sync"):
-            if hasattr(backend, "sync"):
-                backend.sync(model)
+            if hasattr(stream or backend, "sync"):  # the stream engine tags later turns with the new version
+                (stream or backend).sync(model)
         # 7. metrics, eval and checkpoint (the last two excluded from training time)
         metrics = {**rstats.metrics(), **gmetrics, **tmetrics, **selection.stats, **replay.metrics(),
                    "replay/ingress": float(admitted), "train/nonfinite_steps": float(state["nonfinite_steps"]),

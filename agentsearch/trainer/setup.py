@@ -170,6 +170,9 @@ def build_envs(cfg: TrainConfig, count: int, split: str = "train", questions: st
             # wrap the env's own search tool: it keeps the env's topk, index and world
             env.tools["search"] = LatencyTool(env.tools["search"], cfg.tool_latency,
                                               seed=cfg.seed * 100003 + i)
+        if cfg.async_.tool_timeout_s is not None:  # one limit for every call of every tool
+            for tool in getattr(env, "tools", {}).values():
+                tool.timeout_s = cfg.async_.tool_timeout_s
         envs.append(env)
     return envs
 

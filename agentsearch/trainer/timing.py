@@ -3,7 +3,10 @@
 ``timer.phase("generate")`` accumulates seconds under ``time/generate`` for the current
 step; ``timer.end_step()`` returns the step's ``time/*`` metrics, including ``time/step``
 and ``time/train_cumulative`` (training time only: ``eval`` and ``checkpoint`` are timed but
-excluded, so a curve's x axis does not depend on how often one evaluates).
+excluded, so a curve's x axis does not depend on how often one evaluates). Phases may overlap
+(a streaming rollout generates while other episodes wait on tools): each ``time/<phase>`` is
+that phase's busy seconds, ``time/step`` stays wall-clock, and ``time/overlap`` is how much
+the phases' sum exceeds it.
 """
 
 from __future__ import annotations
@@ -49,7 +52,9 @@ class PhaseTimer:
         self.train_cumulative += step
         out = {f"time/{k}": self._acc.get(k, 0.0) for k in PHASES + EXCLUDED}
         out.update({f"time/{k}": v for k, v in self._acc.items()})
-        out["time/other"] = max(step - sum(self._acc.get(k, 0.0) for k in PHASES), 0.0)
+        busy = sum(self._acc.get(k, 0.0) for k in PHASES)
+        out["time/other"] = max(step - busy, 0.0)
+        out["time/overlap"] = max(busy - step, 0.0)  # phases that ran at once (a streaming rollout)
         out["time/step"] = step
         out["time/train_cumulative"] = self.train_cumulative
         self._acc.clear()

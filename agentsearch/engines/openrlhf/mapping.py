@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from agentsearch.core.config import config_key
+
 __all__ = ["FIELDS", "refusals", "table", "leaf_fields", "warmup_ratio"]
 
 FIELDS: dict[str, str] = {
@@ -37,6 +39,12 @@ FIELDS: dict[str, str] = {
     "generation.vllm_enforce_eager": "`--vllm.enforce_eager`",
     "tool_latency.kind": "refused unless `none` (simulated latency is a local-trainer feature)",
     "tool_latency.mean_s": "with `tool_latency.kind`", "tool_latency.sigma": "with `tool_latency.kind`",
+    "async.enabled": "not applicable: OpenRLHF's agent executor already plays each episode on its own "
+                     "against vLLM's async engine",
+    "async.max_staleness": "not applicable (0 only; OpenRLHF's `--train.async_enable` is refused)",
+    "async.tool_timeout_s": "refused unless none (the executor's tools keep their own timeouts)",
+    "async.max_batch": "not applicable (the local HF micro-batcher)",
+    "async.max_wait_s": "not applicable (the local HF micro-batcher)",
     "loss": "`grpo` -> `--actor.policy_loss_type ppo`, `gspo` -> `gspo`; other losses refused",
     "clip_low": "`--actor.eps_clip_low_high LOW HIGH`; None (no lower bound) refused",
     "clip_high": "`--actor.eps_clip_low_high LOW HIGH`",
@@ -92,11 +100,11 @@ def leaf_fields(cls, prefix: str = "") -> list[str]:
         tp = f.type if isinstance(f.type, type) else None
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         if dataclasses.is_dataclass(default):
-            out += leaf_fields(type(default), f"{prefix}{f.name}.")
+            out += leaf_fields(type(default), f"{prefix}{config_key(f.name)}.")
         elif tp is not None and dataclasses.is_dataclass(tp):
-            out += leaf_fields(tp, f"{prefix}{f.name}.")
+            out += leaf_fields(tp, f"{prefix}{config_key(f.name)}.")
         else:
-            out.append(prefix + f.name)
+            out.append(prefix + config_key(f.name))
     return out
 
 
@@ -127,6 +135,8 @@ def refusals(t, extra_args: list[str] = ()) -> list[str]:
     if t.update_minibatch_size and t.replay.kind != "none" and t.replay.k_rep > 0:
         out.append("train.update_minibatch_size with replay on: a replay step's rows include padded empty "
                    "slots, so OpenRLHF's mini-batches would not be the local trainer's")
+    if t.async_.tool_timeout_s is not None:
+        out.append("train.async.tool_timeout_s: " + FIELDS["async.tool_timeout_s"].removeprefix("refused unless none "))
     if t.tool_latency.kind != "none":
         out.append("train.tool_latency: simulated tool latency runs in the local trainer only")
     if t.sft.steps > 0 or t.sft.pretrain_steps > 0:

@@ -1,0 +1,136 @@
+"""Asynchronous rollouts: every episode advances on its own, with no turn barrier.
+
+``astream_rollout(envs, tasks, engine, params, ...)`` runs one asyncio task per episode:
+generate a turn, step the env (its tool call), generate the next turn, and so on. An episode
+whose tool call is slow holds up only itself; in the lock-step rollout (``episodes``) the
+slowest tool call of each turn holds up every episode. The engine batches whichever episodes
+are waiting for a turn (``engines.py``):
+
+- ``MicroBatcher`` wraps a batch-synchronous backend (HF ``generate``, scripted): when the
+  model is free it takes every waiting request, after waiting at most ``max_wait_s`` for the
+  episodes that are about to ask (never when every live episode already asks);
+- ``VLLMStream`` steps an in-process vLLM engine (continuous batching): requests join and
+  leave between engine steps.
+
+Tool calls go on while the model generates (HF: a worker thread; vLLM: one short engine step
+at a time on the loop's thread, see ``engines``). Token in, token out, masks, logprobs, truncation and rewards are exactly the
+lock-step rollout's (the same ``turns`` functions apply them). What differs:
+
+- seeds: turn ``t`` of episode ``i`` asks for seed ``derive_seed(params.seed, i, t)``; vLLM
+  seeds each request with it, HF seeds a batch with its first request's, so which episodes
+  share a batch (decided by tool timing) changes HF samples: streaming HF rollouts are not
+  bit-reproducible;
+- each turn records the weight version that generated it (``info["turns"][k]["version"]``);
+- timing: ``time/generate`` is the engine's busy seconds, ``time/env`` the seconds in which
+  at least one env step was in flight (less ``time/reward``); they overlap, so they add up to
+  more than ``rollout/wall_seconds``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from agentsearch.envs.text_env import TextEnv
+from agentsearch.rollout.backends import SamplingParams, derive_seed
+from agentsearch.rollout.engines import StreamEngine
+from agentsearch.rollout.events import EventLoop
+from agentsearch.rollout.turns import (
+    Episode,
+    EpisodeState,
+    RolloutStats,
+    finish_episodes,
+    make_envs,
+    start_episodes,
+    step_env,
+    stop_strings,
+    take_generation,
+    take_observation,
+)
+
+__all__ = ["astream_rollout", "stream_rollout"]
+
+
+class _BusyClock:
+    """Seconds in which at least one of several overlapping activities ran (their union)."""
+
+    def __init__(self):
+        self.active, self.busy, self._since = 0, 0.0, 0.0
+
+    def __enter__(self):
+        if self.active == 0:
+            self._since = time.perf_counter()
+        self.active += 1
+
+    def __exit__(self, *exc):
+        self.active -= 1
+        if self.active == 0:
+            self.busy += time.perf_counter() - self._since
+
+
+async def astream_rollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | str,
+                          tasks: list[dict], engine: StreamEngine, params: SamplingParams, *,
+                          n_per_task: int = 1, max_turns: int | None = None, seed: int | None = None,
+                          max_seq_len: int | None = None) -> tuple[list[Episode], RolloutStats]:
+    """Play ``len(tasks) * n_per_task`` episodes, each on its own (see the module notes);
+    arguments and results as ``episodes.arollout``, with a ``StreamEngine`` for the backend."""
+    t_start = time.perf_counter()
+    tok = engine.tokenizer
+    n = len(tasks) * n_per_task
+    envs = make_envs(envs_or_factory, n)
+    stats = RolloutStats(episodes=n)
+    runs = start_episodes(envs, tasks, tok, n_per_task=n_per_task, seed=seed, max_seq_len=max_seq_len,
+                          stats=stats)
+    stop = stop_strings(params, envs)
+    env_clock = _BusyClock()
+    busy0, calls0, requests0 = engine.busy_s, engine.calls, engine.requests
+
+    async def play(i: int, r: EpisodeState) -> None:
+        turn = 0
+        try:
+            while not r.done:
+                room = params.max_new_tokens if max_seq_len is None else max_seq_len - len(r.ids)
+                p = replace(params, stop=stop, max_new_tokens=min(params.max_new_tokens, room),
+                            seed=None if params.seed is None else derive_seed(params.seed, i, turn))
+                g = await engine.generate(r.ids, p, images=r.info.get("images") or None)
+                turn += 1
+                t0 = time.perf_counter()
+                action = take_generation(r, g, tok, max_seq_len, stats)
+                r.info["turns"][-1]["version"] = g.version
+                stats.time_tokenize += time.perf_counter() - t0
+                if action is None:
+                    break
+                with env_clock, engine.in_env():
+                    res = await step_env(r, action)
+                stats.time_reward += res[3]
+                t0 = time.perf_counter()
+                obs_ids = list(tok(res[0], add_special_tokens=False)["input_ids"]) if res[0] else []
+                take_observation(r, res, obs_ids, max_turns=max_turns, max_seq_len=max_seq_len)
+                stats.time_tokenize += time.perf_counter() - t0
+        finally:
+            engine.episode_done()
+
+    engine.expect(n)
+    try:
+        async with asyncio.TaskGroup() as group:  # one failing episode cancels the others
+            for i, r in enumerate(runs):
+                group.create_task(play(i, r))
+    except BaseExceptionGroup as errors:  # the first episode's error, as the lock-step rollout raises it
+        raise errors.exceptions[0] from None
+    stats.time_generate = engine.busy_s - busy0
+    stats.generate_calls = engine.calls - calls0
+    stats.generate_requests = engine.requests - requests0
+    stats.time_env = max(env_clock.busy - stats.time_reward, 0.0)
+    return finish_episodes(runs, stats, t_start), stats
+
+
+def stream_rollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | str, tasks: list[dict],
+                   engine: StreamEngine, params: SamplingParams, *, n_per_task: int = 1,
+                   max_turns: int | None = None, seed: int | None = None, max_seq_len: int | None = None,
+                   loop: EventLoop | None = None) -> tuple[list[Episode], RolloutStats]:
+    """``astream_rollout`` from synchronous code, on ``loop`` (an ``EventLoop``) or a fresh one."""
+    coro = astream_rollout(envs_or_factory, tasks, engine, params, n_per_task=n_per_task,
+                           max_turns=max_turns, seed=seed, max_seq_len=max_seq_len)
+    return asyncio.run(coro) if loop is None else loop.run(coro)

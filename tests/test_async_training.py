@@ -1,0 +1,57 @@
+"""Training with the streaming rollout (``async.enabled``): the config round-trips under its
+keyword name, the run trains and logs truthful overlapping time, tool timeouts apply."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from test_trainer import _cfg, _records
+
+from agentsearch.core.config import ConfigError, apply_overrides, to_dict
+from agentsearch.trainer.loop import train
+from agentsearch.trainer.setup import build_envs
+from agentsearch.trainer.train_config import TrainConfig
+
+
+def test_async_section_is_keyed_async_everywhere(tmp_path):
+    cfg = apply_overrides(TrainConfig, "tiny", ["async.enabled=true", "async.max_wait_s=0.01"])
+    assert cfg.async_.enabled and cfg.async_.max_wait_s == 0.01
+    d = to_dict(cfg)
+    assert "async" in d and "async_" not in d and d["async"]["enabled"] is True
+    assert json.dumps(d)  # plain data, for the metrics sinks
+    again = apply_overrides(TrainConfig, d, [])  # a run folder's config.yaml resumes the same run
+    assert again == cfg
+
+
+@pytest.mark.parametrize("overrides,msg", [
+    (["async.max_staleness=-1"], "max_staleness=-1 must be >= 0"),
+    (["async.max_batch=0"], "max_batch must be >= 1"),
+    (["async.tool_timeout_s=0"], "tool_timeout_s=0.0 must be > 0"),
+    (["async.enabled=maybe"], "async.enabled"),
+])
+def test_bad_async_settings_are_clear_errors(overrides, msg):
+    with pytest.raises(ConfigError, match=msg):
+        apply_overrides(TrainConfig, "tiny", overrides)
+
+
+def test_tool_timeout_reaches_every_tool():
+    cfg = _cfg("async.tool_timeout_s=0.25", "tool_latency.kind=fixed", "tool_latency.mean_s=0.1")
+    envs = build_envs(cfg, 2)
+    assert [t.timeout_s for e in envs for t in e.tools.values()] == [0.25] * 2
+
+
+def test_streaming_run_trains_and_logs_overlapping_time(tmp_path):
+    train(_cfg("steps=2", "eval.limit=2", "async.enabled=true", "async.max_wait_s=0.01",
+               "tool_latency.kind=lognormal", "tool_latency.mean_s=0.05", "tool_latency.sigma=1.0"),
+          tmp_path, quiet=True)
+    recs = _records(tmp_path)
+    assert [r["step"] for r in recs] == [0, 1, 2]
+    for r in recs[1:]:
+        assert r["rollout/episodes"] == 8 and r["tokens/generated"] > 0 and r["tokens/scored"] > 0
+        assert r["time/generate"] > 0 and r["time/env"] > 0 and r["time/step"] > 0
+        assert r["time/overlap"] >= 0 and r["rollout/batch_mean"] >= 1
+        assert r["rollout/logprob_gap"] < 1e-3  # the engine's logprobs are the trainer's
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert saved["async"]["enabled"] is True
