@@ -11,9 +11,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 @contextlib.contextmanager
-def search_r1_server(retriever):
+def search_r1_server(retriever, answer=None):
     """Serve ``retriever`` (anything with ``search(queries, k) -> [[Hit]]``) as Search-R1 does;
-    yields ``(base_url, requests_seen)``."""
+    yields ``(base_url, requests_seen)``. ``answer``: a fixed JSON reply to every search
+    instead (to test what a client makes of a malformed one)."""
     seen: list = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -33,6 +34,8 @@ def search_r1_server(retriever):
                 return self._send(404, {"detail": "Not Found"})
             req = json.loads(self.rfile.read(int(self.headers["content-length"])))
             seen.append(req)
+            if answer is not None:
+                return self._send(200, answer)
             hits = retriever.search(list(req["queries"]), k=int(req.get("topk") or 3))
             result = [[{"document": {"id": h.doc_id, "contents": h.contents}, "score": h.score} for h in row]
                       for row in hits]

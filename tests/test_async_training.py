@@ -7,7 +7,7 @@ import json
 
 import pytest
 import yaml
-from test_trainer import _cfg, _records
+from test_trainer import WARM, _cfg, _records
 
 from agentsearch.core.config import ConfigError, apply_overrides, to_dict
 from agentsearch.trainer.loop import train
@@ -55,3 +55,24 @@ def test_streaming_run_trains_and_logs_overlapping_time(tmp_path):
         assert r["rollout/logprob_gap"] < 1e-3  # the engine's logprobs are the trainer's
     saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
     assert saved["async"]["enabled"] is True
+
+
+@pytest.mark.slow
+def test_overlapped_run_trains_on_stale_groups_through_the_drift_gate(tmp_path):
+    """max_staleness=1: the next step's rollout runs while this step updates, so turns arrive
+    one version behind, measurably drifted (a warm-started policy has signal to move on)."""
+    train(_cfg("steps=4", "eval.limit=2", "async.enabled=true", "async.max_staleness=1", "async.max_wait_s=0.01",
+               "replay.tau=1e-2", "tool_latency.kind=lognormal", "tool_latency.mean_s=0.05",
+               "tool_latency.sigma=1.0", *WARM), tmp_path, quiet=True)
+    recs = _records(tmp_path)
+    assert [r["step"] for r in recs] == [0, 1, 2, 3, 4]
+    assert any(r["async/drift_fresh_mean"] > 0 for r in recs[2:])
+    assert all(r["async/dropped_by_drift"] <= r["async/stale_groups"] for r in recs[1:])
+    for r in recs[1:]:
+        for key in ("async/staleness_mean", "async/stale_groups", "async/drift_fresh_mean",
+                    "async/dropped_by_drift", "async/is_weight_mean", "time/overlap"):
+            assert key in r, key
+        assert 0 <= r["async/staleness_mean"] <= 1
+    assert recs[1]["async/staleness_mean"] == 0  # the first rollout ran before any update
+    assert any(r["async/stale_groups"] > 0 for r in recs[2:])  # later ones saw a sync mid-rollout
+    assert recs[2]["time/overlap"] > 0

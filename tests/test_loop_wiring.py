@@ -78,7 +78,8 @@ def test_time_keys_of_a_step_are_disjoint_phases(warm_kl_run):
     _, recs, _ = warm_kl_run
     step = recs[1]
     times = {k for k in step if k.startswith("time/")}
-    assert times == {f"time/{p}" for p in PHASES + EXCLUDED + ("other", "step", "train_cumulative")}
+    assert times == {f"time/{p}" for p in PHASES + EXCLUDED + ("other", "overlap", "step", "train_cumulative")}
+    assert step["time/overlap"] == 0  # lock-step: no phase runs beside another
     # the training phases and the rest ("other") partition the step: no key counts time twice
     assert sum(step[f"time/{p}"] for p in PHASES + ("other",)) == pytest.approx(step["time/step"], abs=1e-6)
     assert step["rollout/wall_seconds"] >= step["time/generate"] + step["time/env"] + step["time/reward"]
@@ -94,7 +95,7 @@ def test_resume_restores_the_checkpoint_rngs_after_everything_that_reseeds(tmp_p
     """A vLLM engine seeds python/numpy/torch when it starts (vllm/v1/worker/*_worker.py calls
     ``set_random_seed``); here a backend builder that reseeds the same way stands in for it.
     The first step after a resume must start from the checkpoint's RNG states."""
-    real_build, real_rollout, seen = loop_module.build_backend, loop_module.rollout, []
+    real_build, real_rollout, seen = loop_module.build_backend, loop_module.arollout, []
 
     def reseeding_build(*args, **kwargs):
         backend = real_build(*args, **kwargs)
@@ -108,7 +109,7 @@ def test_resume_restores_the_checkpoint_rngs_after_everything_that_reseeds(tmp_p
     train(_cfg(), tmp_path, quiet=True)
     saved = torch.load(tmp_path / "checkpoints" / "step-000001" / "trainer.pt", weights_only=False)["rng"]
     monkeypatch.setattr(loop_module, "build_backend", reseeding_build)
-    monkeypatch.setattr(loop_module, "rollout", recording_rollout)
+    monkeypatch.setattr(loop_module, "arollout", recording_rollout)
     train(_cfg("steps=2"), tmp_path, resume=True, quiet=True)
     assert [r["step"] for r in _records(tmp_path)] == [0, 1, 2]
     assert _same_rng(seen[0], saved)

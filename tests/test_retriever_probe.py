@@ -3,12 +3,8 @@
 
 from __future__ import annotations
 
-import contextlib
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
+from search_r1_stub import search_r1_server
 
 from agentsearch.retrievers import (
     RemoteRetriever,
@@ -18,60 +14,21 @@ from agentsearch.retrievers import (
     serve_in_thread,
     world_index,
 )
+from agentsearch.retrievers.base import Hit
 
 DOCS = [{"id": "0", "contents": '"Aaron"\nAaron is a prophet.'},
         {"id": "1", "contents": '"Abel"\nAbel is a shepherd.'}]
 
 
-def _search_r1_handler(answer=None):
-    """A stand-in for Search-R1's retrieval_server.py: POST /retrieve only, its answer shape
-    (the corpus row under "document", a score), FastAPI's 404 for every other path."""
+class _Docs:
+    """Two fixed hits for every query, scored 1 and 1/2."""
 
-    class Handler(BaseHTTPRequestHandler):
-        requests: list = []
-
-        def _send(self, status: int, payload) -> None:
-            body = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self):  # noqa: N802 - http.server's name
-            self._send(404, {"detail": "Not Found"})
-
-        def do_POST(self):  # noqa: N802
-            if self.path != "/retrieve":
-                return self._send(404, {"detail": "Not Found"})
-            req = json.loads(self.rfile.read(int(self.headers["content-length"])))
-            Handler.requests.append(req)
-            if answer is not None:
-                return self._send(200, answer)
-            k = req.get("topk") or 3
-            result = [[{"document": d, "score": 1.0 / (i + 1)} for i, d in enumerate(DOCS[:k])]
-                      for _ in req["queries"]]
-            if not req.get("return_scores"):
-                result = [[item["document"] for item in items] for items in result]
-            self._send(200, {"result": result})
-
-        def log_message(self, *args):
-            pass
-
-    return Handler
+    def search(self, queries, k=3):
+        return [[Hit(d["id"], d["contents"], 1.0 / (i + 1)) for i, d in enumerate(DOCS[:k])] for _ in queries]
 
 
-@contextlib.contextmanager
 def _stub(answer=None):
-    handler = _search_r1_handler(answer)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", handler.requests
-    finally:
-        server.shutdown()
-        server.server_close()
+    return search_r1_server(_Docs(), answer=answer)
 
 
 def test_probe_a_search_r1_server_without_health():

@@ -136,39 +136,36 @@ def test_each_request_of_a_batch_gets_its_own_derived_seed():
     assert vllm_sampling_params(SamplingParams(8), 2).seed is None
 
 
-def test_vllm_streaming_rollout_is_exact_and_follows_sync(tiny, tmp_path, small_world_path):
+def test_vllm_streaming_rollout_is_exact_with_weights_synced_mid_rollout(tiny, tmp_path, small_world_path):
     """Continuous batching (``VLLMStream``): each episode's turns are separate requests that
-    join the running engine; recorded logprobs equal a teacher-forced forward of the weights
-    of the version each turn was tagged with, across a sync between two rollouts."""
+    join the running engine. The weights change twice while the rollout runs (synced from
+    another thread, as the trainer does with async.max_staleness=1): turns in flight start
+    over on the new weights, and every turn's logprobs equal a teacher-forced forward of the
+    version it is tagged with."""
+    import copy
+
+    from test_rollout_streaming import _Syncer, check_turn_versions, slow_search_envs
+
     from agentsearch.data import read_jsonl
-    from agentsearch.envs import SearchEnv
     from agentsearch.rollout.engines import VLLMStream, make_stream_engine
     from agentsearch.rollout.streaming import stream_rollout
     from agentsearch.rollout.vllm import VLLMBackend
 
     model, tok = tiny
+    model = copy.deepcopy(model)  # the fixture's weights stay as they are for the other tests
     tasks = list(read_jsonl(small_world_path / "dev.jsonl"))[:4]
-    envs = [SearchEnv(split="dev", world_seed=7, world_entities=300, max_turns=3) for _ in range(8)]
+    envs = slow_search_envs(8)
     backend = VLLMBackend(model, tok, max_model_len=1024, workdir=tmp_path / "v")
     engine = make_stream_engine(backend)
     assert isinstance(engine, VLLMStream)
-    params = SamplingParams(max_new_tokens=24, temperature=1.0, seed=3)
     try:
-        for version in (0, 1):
-            eps, stats = stream_rollout(envs, tasks, engine, params, n_per_task=2, max_seq_len=1000)
-            assert stats.generate_calls > 0 and stats.time_generate > 0
-            for ep in eps:
-                assert {t["version"] for t in ep.info["turns"]} == {version}
-                ids = torch.tensor([ep.token_ids])
-                with torch.no_grad():
-                    ref = token_logprobs(model, ids)[0]  # [T]: logp of each token given its prefix
-                pol = torch.tensor(ep.action_mask, dtype=torch.bool)
-                pol[0] = False
-                assert (ref[pol] - torch.tensor(ep.gen_logprobs)[pol]).abs().max() < TOL
-            with torch.no_grad():  # new weights for the next rollout
-                for p in model.parameters():
-                    p.add_(0.05 * torch.randn_like(p))
-            engine.sync(model)
+        syncer = _Syncer(engine, model, times=2, every=30)  # engine steps: a turn is up to 24
+        syncer.start()
+        eps, stats = stream_rollout(envs, tasks, engine, SamplingParams(max_new_tokens=24, temperature=1.0, seed=3),
+                                    n_per_task=2, max_seq_len=1000)
+        syncer.join(timeout=60)
+        assert engine.version == 2 and stats.generate_calls > 60
+        assert len(check_turn_versions(eps, syncer.snapshots, copy.deepcopy(model), tol=TOL)) >= 2
     finally:
         engine.close()
         backend.close()

@@ -45,12 +45,16 @@ class Row:
     adv: float
     replayed: bool
     pixel_values: torch.Tensor | None = None  # [k, 3, H, W]: the row's images (VLM), or None
+    is_w: torch.Tensor | None = None  # [T] decoupled importance weight (a stale fresh group), or None
 
 
-def rows_of(groups: Sequence[ReplayGroup], replayed: bool = False) -> list[Row]:
-    """Each response of each group as a row, cut after its last policy token."""
+def rows_of(groups: Sequence[ReplayGroup], replayed: bool = False,
+            is_weights: Sequence[torch.Tensor | None] | None = None) -> list[Row]:
+    """Each response of each group as a row, cut after its last policy token. ``is_weights``
+    (per group, [n, T] or None; ``algorithms.staleness``) scale the rows' advantages per token."""
     rows = []
-    for g in groups:
+    for gi, g in enumerate(groups):
+        w = is_weights[gi] if is_weights is not None else None
         for i in range(g.n):
             m = g.action_mask[i]
             last = int(m.nonzero().max()) + 1 if m.any() else 0
@@ -58,12 +62,14 @@ def rows_of(groups: Sequence[ReplayGroup], replayed: bool = False) -> list[Row]:
                 continue  # nothing the policy generated: nothing to train on
             rows.append(Row(g.token_ids[i, :last].long(), m[:last], g.gen_logprobs[i, :last],
                             float(g.advantages[i]), replayed,
-                            g.pixel_values[i] if g.pixel_values is not None else None))
+                            g.pixel_values[i] if g.pixel_values is not None else None,
+                            w[i, :last] if w is not None else None))
     return rows
 
 
 def pad_rows(rows: Sequence[Row], device) -> dict[str, torch.Tensor]:
-    """Right-padded tensors of a micro-batch: ids/attn/mask/old [B, T], adv [B]."""
+    """Right-padded tensors of a micro-batch: ids/attn/mask/old [B, T], adv [B] (or [B, T]
+    when a row carries importance weights)."""
     B, T = len(rows), max(len(r.ids) for r in rows)
     ids = torch.zeros(B, T, dtype=torch.long)
     attn = torch.zeros(B, T, dtype=torch.long)
@@ -73,7 +79,14 @@ def pad_rows(rows: Sequence[Row], device) -> dict[str, torch.Tensor]:
         n = len(r.ids)
         ids[b, :n], attn[b, :n], mask[b, :n], old[b, :n] = r.ids, 1, r.mask, r.old_lp
     adv = torch.tensor([r.adv for r in rows], dtype=torch.float32)
-    return {k: v.to(device) for k, v in dict(ids=ids, attn=attn, mask=mask, old=old, adv=adv).items()}
+    out = dict(ids=ids, attn=attn, mask=mask, old=old, adv=adv)
+    if any(r.is_w is not None for r in rows):  # per-token advantages: adv x importance weight [B, T]
+        isw = torch.ones(B, T, dtype=torch.float32)
+        for b, r in enumerate(rows):
+            if r.is_w is not None:
+                isw[b, :len(r.ids)] = r.is_w
+        out["adv"] = adv[:, None] * isw
+    return {k: v.to(device) for k, v in out.items()}
 
 
 def has_signal(rows: Sequence[Row], kl_on: bool) -> bool:

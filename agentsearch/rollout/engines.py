@@ -24,30 +24,16 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
-import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 
 from agentsearch.rollout.backends import Generation, SamplingParams
+from agentsearch.rollout.events import worker_thread
 
 __all__ = ["StreamEngine", "MicroBatcher", "VLLMStream", "make_stream_engine"]
-
-
-def _worker_threads() -> ThreadPoolExecutor:
-    """One generation thread with the caller's torch intra-op thread count (OpenMP's count is
-    per thread: a new thread would otherwise use every core)."""
-    torch = sys.modules.get("torch")
-    n = torch.get_num_threads() if torch is not None else None
-
-    def init():
-        if n is not None:
-            torch.set_num_threads(n)
-
-    return ThreadPoolExecutor(1, thread_name_prefix="agentsearch-generate", initializer=init)
 
 
 @dataclass
@@ -69,7 +55,7 @@ class StreamEngine:
         self.busy_s, self.calls, self.requests = 0.0, 0, 0
         self.version = 0
         self.live = self.in_env_count = 0
-        self._pool = _worker_threads()
+        self._pool = worker_thread("agentsearch-generate")
         self._model_lock = threading.Lock()  # generation and weight sync never overlap
         self._loop: asyncio.AbstractEventLoop | None = None
         self._driver: asyncio.Task | None = None
@@ -129,29 +115,22 @@ class StreamEngine:
     async def generate(self, ids: list[int], params: SamplingParams, images: list | None = None) -> Generation:
         raise NotImplementedError
 
-    def in_flight(self) -> int:
-        """Turns asked for and not yet generated."""
-        raise NotImplementedError
-
     def sync(self, model) -> None:
-        """New weights: later turns are generated with them (and tagged with the new version).
-        Only between rollouts: a turn in flight would continue from a KV cache of the old
-        weights, so it would belong to neither version."""
-        if self.in_flight():
-            raise RuntimeError(f"sync with {self.in_flight()} turns in flight: weights change between "
-                               "rollouts (async.max_staleness=0)")
+        """New weights, also while turns are in flight (e.g. from the trainer's thread while a
+        rollout runs): no turn mixes versions. A turn being generated finishes on the old
+        weights first (HF) or starts over on the new ones (vLLM: its KV cache holds the old
+        weights); every turn is tagged with the version that generated all of it."""
         with self._model_lock:
             if hasattr(self.backend, "sync"):
                 self.backend.sync(model)
             self.version += 1
+            self._synced()
 
-    def _locked(self, fn, *args, **kwargs):
-        with self._model_lock:
-            return fn(*args, **kwargs)
+    def _synced(self) -> None:
+        """Called under the lock right after a sync."""
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-
 
 def _cut_to(g: Generation, k: int) -> Generation:
     if len(g.token_ids) <= k:
@@ -168,7 +147,6 @@ class MicroBatcher(StreamEngine):
             raise ValueError(f"max_batch must be >= 1 and max_wait_s >= 0, got {max_batch}, {max_wait_s}")
         self.max_batch, self.max_wait_s = max_batch, max_wait_s
         self._queue: list[_Request] = []
-        self._generating = 0
         self._wake: asyncio.Event | None = None
         self._async_backend = inspect.iscoroutinefunction(backend.generate)
 
@@ -211,21 +189,19 @@ class MicroBatcher(StreamEngine):
         p = replace(batch[0].params, max_new_tokens=max(r.params.max_new_tokens for r in batch))
         prompts = [r.ids for r in batch]
         kwargs = {"images": [r.images or [] for r in batch]} if any(r.images for r in batch) else {}
-        version, t0 = self.version, time.perf_counter()
-        self._generating = len(batch)
+        t0 = time.perf_counter()
         try:
             if self._async_backend:
-                gens = await self.backend.generate(prompts, p, **kwargs)
+                version, gens = self.version, await self.backend.generate(prompts, p, **kwargs)
             else:
-                gens = await self._loop.run_in_executor(
-                    self._pool, partial(self._locked, self.backend.generate, prompts, p, **kwargs))
+                version, gens = await self._loop.run_in_executor(
+                    self._pool, partial(self._generate_locked, prompts, p, kwargs))
         except Exception as e:  # noqa: BLE001 - the batch's episodes get the error
             for r in batch:
                 if not r.future.done():
                     r.future.set_exception(e)
             return
         finally:
-            self._generating = 0
             self.busy_s += time.perf_counter() - t0
             self.calls += 1
             self.requests += len(batch)
@@ -233,8 +209,9 @@ class MicroBatcher(StreamEngine):
             if not r.future.done():
                 r.future.set_result(replace(_cut_to(g, r.params.max_new_tokens), version=version))
 
-    def in_flight(self) -> int:
-        return len(self._queue) + self._generating
+    def _generate_locked(self, prompts, p, kwargs) -> tuple[int, list[Generation]]:
+        with self._model_lock:  # the version read with the weights that generate
+            return self.version, self.backend.generate(prompts, p, **kwargs)
 
     def _fail_all(self, error: Exception) -> None:
         for r in self._queue:
@@ -256,71 +233,81 @@ class VLLMStream(StreamEngine):
     def __init__(self, backend):
         super().__init__(backend)
         self._ids = itertools.count()
-        self._new: list[tuple[str, _Request]] = []
-        self._inflight: dict[str, tuple[asyncio.Future, int]] = {}
-        self._abort: list[str] = []
+        self._new: list[_Request] = []
+        self._inflight: dict[str, tuple[_Request, int]] = {}  # request id -> (turn, version)
+        self._restart = False
+        self.restarts = 0
+        """Turns started over because the weights changed while they were generated."""
 
     def _rebind(self) -> None:
-        self._new, self._inflight, self._abort = [], {}, []
+        self._new, self._inflight = [], {}
+
+    def _synced(self) -> None:
+        self._restart = True  # the driver starts the turns in flight over before its next step
 
     async def generate(self, ids, params, images=None) -> Generation:
         if images:
             raise ValueError("the vLLM backend is text-only here; use generation.backend=hf for images")
         loop = self._bind()
-        rid = f"stream-{next(self._ids)}"
         request = _Request(list(ids), params, None, loop.create_future(), time.perf_counter())
-        self._new.append((rid, request))
+        self._new.append(request)
         self._ensure_driver()
-        try:
-            return await request.future
-        except asyncio.CancelledError:
-            self._abort.append(rid)
-            raise
+        return await request.future  # a cancelled episode's request is aborted by the driver
 
     async def _drive(self) -> None:
+        from agentsearch.rollout.vllm import generation_from_output
+
+        while self._new or self._inflight:
+            t0 = time.perf_counter()
+            with self._model_lock:  # a sync (from another thread) waits for the step
+                outputs = self._admit_and_step()
+            self.busy_s += time.perf_counter() - t0
+            for out in outputs:
+                if out.finished and out.request_id in self._inflight:
+                    r, version = self._inflight.pop(out.request_id)
+                    if not r.future.done():
+                        r.future.set_result(replace(generation_from_output(out.outputs[0]), version=version))
+            await asyncio.sleep(0)  # let episodes whose tool calls returned meanwhile go on
+
+    def _admit_and_step(self) -> list:
+        """Under the lock: restart the turns in flight after a sync, add new turns, drop
+        cancelled ones, then one engine step (on the loop's thread: see the class notes)."""
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
-        from agentsearch.rollout.vllm import generation_from_output, vllm_sampling_params
+        from agentsearch.rollout.vllm import vllm_sampling_params
 
         engine = self.backend.llm.llm_engine
-        while self._new or self._inflight:
-            for rid, r in self._new:  # requests join between engine steps
-                if r.future.done():
-                    continue
-                sp = vllm_sampling_params(r.params)
-                sp.output_kind = RequestOutputKind.FINAL_ONLY
-                engine.add_request(rid, TokensPrompt(prompt_token_ids=r.ids), sp,
-                                   lora_request=getattr(self.backend, "_lora_request", None))
-                self._inflight[rid] = (r.future, self.version)
-            self._new = []
-            if self._abort:
-                gone = [rid for rid in self._abort if self._inflight.pop(rid, None) is not None]
-                self._abort = []
-                if gone:
-                    engine.abort_request(gone)
-            if not self._inflight:
+        if self._restart:
+            self._restart = False
+            if self._inflight:
+                engine.abort_request(list(self._inflight))
+                self.restarts += len(self._inflight)
+                self._new = [r for r, _ in self._inflight.values()] + self._new
+                self._inflight = {}
+        for r in self._new:  # requests join between engine steps
+            if r.future.done():
                 continue
-            t0 = time.perf_counter()
-            outputs = self._locked(engine.step)  # on the loop's thread: see the class notes
-            await asyncio.sleep(0)  # let episodes whose tool calls returned meanwhile go on
-            self.busy_s += time.perf_counter() - t0
-            self.calls += 1
-            self.requests += len(self._inflight)
-            for out in outputs:
-                if out.finished and out.request_id in self._inflight:
-                    future, version = self._inflight.pop(out.request_id)
-                    if not future.done():
-                        future.set_result(replace(generation_from_output(out.outputs[0]), version=version))
-
-    def in_flight(self) -> int:
-        return len(self._new) + len(self._inflight)
+            rid = f"stream-{next(self._ids)}"
+            sp = vllm_sampling_params(r.params)
+            sp.output_kind = RequestOutputKind.FINAL_ONLY
+            engine.add_request(rid, TokensPrompt(prompt_token_ids=r.ids), sp,
+                               lora_request=getattr(self.backend, "_lora_request", None))
+            self._inflight[rid] = (r, self.version)
+        self._new = []
+        gone = [rid for rid, (r, _) in self._inflight.items() if r.future.done()]
+        if gone:
+            engine.abort_request(gone)
+            for rid in gone:
+                del self._inflight[rid]
+        if not self._inflight:
+            return []
+        self.calls += 1
+        self.requests += len(self._inflight)
+        return engine.step()
 
     def _fail_all(self, error: Exception) -> None:
-        for future, _ in self._inflight.values():
-            if not future.done():
-                future.set_exception(error)
-        for _, r in self._new:
+        for r in [r for r, _ in self._inflight.values()] + self._new:
             if not r.future.done():
                 r.future.set_exception(error)
         self._new, self._inflight = [], {}

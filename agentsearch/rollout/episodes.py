@@ -47,10 +47,8 @@ from agentsearch.rollout.turns import (
     Episode,
     RolloutStats,
     finish_episodes,
-    make_envs,
     start_episodes,
     step_env,
-    stop_strings,
     take_generation,
     take_observation,
 )
@@ -65,12 +63,8 @@ async def arollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | 
     """``rollout`` as a coroutine (use it when an event loop is already running)."""
     t_start = time.perf_counter()
     tok = backend.tokenizer
-    n = len(tasks) * n_per_task
-    envs = make_envs(envs_or_factory, n)
-    stats = RolloutStats(episodes=n)
-    runs = start_episodes(envs, tasks, tok, n_per_task=n_per_task, seed=seed, max_seq_len=max_seq_len,
-                          stats=stats)
-    stop = stop_strings(params, envs)
+    runs, stats, stop = start_episodes(envs_or_factory, tasks, tok, params, n_per_task=n_per_task, seed=seed,
+                                       max_seq_len=max_seq_len)
     turn = 0
     while active := [r for r in runs if not r.done]:
         budget = params.max_new_tokens

@@ -20,17 +20,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Iterable
+import sys
+from collections.abc import Callable, Coroutine, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-__all__ = ["EventLoop", "aclose_all"]
+__all__ = ["EventLoop", "aclose_all", "worker_thread"]
 
 log = logging.getLogger(__name__)
 
 
 async def aclose_all(resources: Iterable[Any]) -> None:
-    """Await ``aclose()`` (or call ``close()``) of each resource once (by identity); a
-    failure is logged, not raised, so one broken resource does not keep others open."""
+    """Await ``aclose()`` (or call ``close()``, or a thread pool's ``shutdown()``) of each
+    resource once (by identity); a failure is logged, not raised, so one broken resource
+    does not keep others open."""
     seen: set[int] = set()
     for res in resources:
         if res is None or id(res) in seen:
@@ -41,8 +44,23 @@ async def aclose_all(resources: Iterable[Any]) -> None:
                 await res.aclose()
             elif hasattr(res, "close"):
                 res.close()
+            elif hasattr(res, "shutdown"):  # a worker thread pool
+                res.shutdown(wait=False, cancel_futures=True)
         except Exception as e:  # noqa: BLE001 - closing is best effort, one at a time
             log.warning("closing %s failed: %s: %s", type(res).__name__, type(e).__name__, e)
+
+
+def worker_thread(name: str) -> ThreadPoolExecutor:
+    """One worker thread with the caller's torch intra-op thread count (OpenMP's count is per
+    thread: a new thread would otherwise use every core)."""
+    torch = sys.modules.get("torch")
+    n = torch.get_num_threads() if torch is not None else None
+
+    def init():
+        if n is not None:
+            torch.set_num_threads(n)
+
+    return ThreadPoolExecutor(1, thread_name_prefix=name, initializer=init)
 
 
 class EventLoop:
@@ -68,6 +86,20 @@ class EventLoop:
             coro.close()
             raise RuntimeError("this EventLoop is closed")
         return self._runner.run(coro)
+
+    def run_beside(self, coro: Coroutine, fn: Callable[[], Any], thread: ThreadPoolExecutor) -> tuple[Any, Any]:
+        """Run ``coro`` on the loop while ``fn()`` runs on ``thread`` (e.g. the next step's
+        rollout while this step updates); returns both results, after both have ended."""
+        async def both():
+            job = asyncio.get_running_loop().run_in_executor(thread, fn)
+            try:
+                result = await coro
+            except BaseException:
+                await asyncio.gather(job, return_exceptions=True)  # never leave fn running
+                raise
+            return result, await job
+
+        return self.run(both())
 
     def close(self, *resources: Any) -> None:
         """``close(envs)`` or ``close(env, retriever, ...)``: each argument is a resource or

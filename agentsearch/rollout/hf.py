@@ -100,6 +100,14 @@ class HFBackend:
         if not self.eos_ids:
             raise ValueError("the tokenizer has no eos token; set tokenizer.eos_token")
 
+    def sync(self, model) -> None:
+        """Copy ``model``'s weights into this backend's model when it holds its own copy (a run
+        that generates while the trainer updates, ``async.max_staleness >= 1``); a no-op when
+        it generates with the trainer's model itself."""
+        if model is not self.model:
+            with torch.no_grad():
+                self.model.load_state_dict(model.state_dict())
+
     def generate(self, prompts: list[list[int]], params: SamplingParams,
                  images: list[list] | None = None) -> list[Generation]:
         if images is not None and not self.accepts_images:

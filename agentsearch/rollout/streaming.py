@@ -42,10 +42,8 @@ from agentsearch.rollout.turns import (
     EpisodeState,
     RolloutStats,
     finish_episodes,
-    make_envs,
     start_episodes,
     step_env,
-    stop_strings,
     take_generation,
     take_observation,
 )
@@ -78,12 +76,8 @@ async def astream_rollout(envs_or_factory: Sequence[TextEnv] | Callable[[], Text
     arguments and results as ``episodes.arollout``, with a ``StreamEngine`` for the backend."""
     t_start = time.perf_counter()
     tok = engine.tokenizer
-    n = len(tasks) * n_per_task
-    envs = make_envs(envs_or_factory, n)
-    stats = RolloutStats(episodes=n)
-    runs = start_episodes(envs, tasks, tok, n_per_task=n_per_task, seed=seed, max_seq_len=max_seq_len,
-                          stats=stats)
-    stop = stop_strings(params, envs)
+    runs, stats, stop = start_episodes(envs_or_factory, tasks, tok, params, n_per_task=n_per_task, seed=seed,
+                                       max_seq_len=max_seq_len)
     env_clock = _BusyClock()
     busy0, calls0, requests0 = engine.busy_s, engine.calls, engine.requests
 
@@ -112,7 +106,7 @@ async def astream_rollout(envs_or_factory: Sequence[TextEnv] | Callable[[], Text
         finally:
             engine.episode_done()
 
-    engine.expect(n)
+    engine.expect(len(runs))
     try:
         async with asyncio.TaskGroup() as group:  # one failing episode cancels the others
             for i, r in enumerate(runs):

@@ -196,12 +196,16 @@ def _finish(r: EpisodeState, stats: RolloutStats) -> Episode:
 
 
 
-def start_episodes(envs: Sequence[TextEnv], tasks: list[dict], tok, *, n_per_task: int,
+def start_episodes(envs_or_factory, tasks: list[dict], tok, params: SamplingParams, *, n_per_task: int,
                    seed: int | None, max_seq_len: int | None,
-                   stats: RolloutStats) -> list[EpisodeState]:
-    """Reset one env per episode (episode ``i`` plays ``tasks[i // n_per_task]``, reset seed
-    ``derive_seed(seed, i)``) and tokenise the prompts in one call. A prompt that leaves no
-    room for a generated token under ``max_seq_len`` is a ``ValueError``."""
+                   ) -> tuple[list[EpisodeState], RolloutStats, tuple[str, ...]]:
+    """The episodes' states, the rollout's stats and the turns' stop strings (``params.stop``
+    and every env's): one env per episode (``make_envs``) is reset (episode ``i`` plays
+    ``tasks[i // n_per_task]``, reset seed ``derive_seed(seed, i)``) and the prompts are
+    tokenised in one call. A prompt that leaves no room for a generated token under
+    ``max_seq_len`` is a ``ValueError``."""
+    envs = make_envs(envs_or_factory, len(tasks) * n_per_task)
+    stats = RolloutStats(episodes=len(envs))
     runs, prompts = [], []
     for i, env in enumerate(envs):
         task = tasks[i // n_per_task]
@@ -221,7 +225,7 @@ def start_episodes(envs: Sequence[TextEnv], tasks: list[dict], tok, *, n_per_tas
             raise ValueError(f"the prompt of task {_task_id(r)!r} has {len(ids)} tokens, which leaves "
                              f"no room for a response under max_seq_len={max_seq_len}; raise "
                              "max_seq_len or shorten the prompt (it is never cut)")
-    return runs
+    return runs, stats, stop_strings(params, envs)
 
 
 def take_generation(r: EpisodeState, g: Generation, tok, max_seq_len: int | None,

@@ -5,9 +5,11 @@ One step (the phase names are the ``time/*`` keys):
 1. ``generate`` + ``env`` + ``reward``: sample ``prompts_per_step`` tasks and play
    ``group_size`` episodes of each, all at once: lock-step turns (one batched generation call
    per turn; tool calls overlap) or, with ``async.enabled``, each episode on its own
-   (``rollout.streaming``); rewards come from the envs.
+   (``rollout.streaming``); rewards come from the envs. With ``async.max_staleness=1`` the
+   next step's rollout runs while phases 2-6 of this one run on a trainer thread.
 2. ``logprobs``: one teacher-forced forward stores the trainer's own logprobs of the sampled
-   tokens (the ratio denominator and the replay state); GRPO advantages per group.
+   tokens (the ratio denominator and the replay state); GRPO advantages per group; stale
+   groups pass the drift gate and get the decoupled objective's weights (``staleness.py``).
 3. ``replay_scan``: the replay strategy picks stored groups (HDR: by cached headroom, gated
    by drift <= tau, scored chunk by chunk with the current policy).
 4. ``update``: one optimizer step on fresh + replayed groups (replayed tokens keep their
@@ -26,21 +28,23 @@ import json
 import logging
 import math
 import time
-from functools import partial
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from agentsearch.algorithms.grouping import drop_zero_signal, episodes_to_groups, rescore
 from agentsearch.algorithms.optim import make_optimizer
+from agentsearch.algorithms.staleness import gate_stale_groups, group_staleness
 from agentsearch.algorithms.update import policy_update, rows_of
 from agentsearch.core.config import ConfigError, apply_overrides, dump, to_dict
 from agentsearch.core.progress import Progress
 from agentsearch.models.logprobs import make_score_fn, token_logprobs
 from agentsearch.models.lora import count_parameters, frozen_reference, reference_policy
-from agentsearch.rollout import EventLoop, SamplingParams, derive_seed, rollout
+from agentsearch.rollout import EventLoop, SamplingParams, arollout, derive_seed
 from agentsearch.rollout.engines import make_stream_engine
-from agentsearch.rollout.streaming import stream_rollout
+from agentsearch.rollout.events import worker_thread
+from agentsearch.rollout.streaming import astream_rollout
 from agentsearch.trainer.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
@@ -153,47 +157,84 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
         timer.end_step()
     sampling = SamplingParams(max_new_tokens=cfg.generation.max_new_tokens, temperature=cfg.generation.temperature,
                               top_p=cfg.generation.top_p)
+
+    def rollout_of(step: int):  # the coroutine that plays a step's episodes (phase 1)
+        tasks = sampler.sample(cfg.prompts_per_step)
+        params = replace(sampling, seed=derive_seed(cfg.seed, step))  # the rollout derives each turn's
+        kw = dict(n_per_task=cfg.group_size, max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len,
+                  seed=derive_seed(cfg.seed, step, "reset"))
+        return astream_rollout(envs, tasks, stream, params, **kw) if stream else arollout(envs, tasks, backend, params, **kw)
+
+    def account(rstats):  # a rollout's phases count in the step during which it ran
+        for phase in ("generate", "env", "reward"):
+            timer.add(phase, rstats.metrics()[f"time/{phase}"])
+
+    overlap = cfg.async_.max_staleness >= 1  # the next step's rollout runs while this step updates
+    learner = worker_thread("agentsearch-train") if overlap else None
+    events.own(learner)
+    ahead = None
     if rng is not None:  # last: building the engine reseeds (vLLM seeds python/numpy/torch at start)
         set_rng_state(rng)
     while step < cfg.steps:
         step += 1
-        # 1. generate + env + reward: all episodes of the step in one rollout
-        tasks = sampler.sample(cfg.prompts_per_step)
-        sampling.seed = derive_seed(cfg.seed, step)  # the rollout derives each turn's and request's
-        play = partial(stream_rollout, engine=stream) if stream else partial(rollout, backend=backend)
-        episodes, rstats = play(envs, tasks, params=sampling, n_per_task=cfg.group_size, max_turns=cfg.max_turns,
-                                max_seq_len=cfg.max_seq_len, seed=derive_seed(cfg.seed, step, "reset"), loop=events)
-        for phase in ("generate", "env", "reward"):
-            timer.add(phase, rstats.metrics()[f"time/{phase}"])
-        # 2. logprobs: the trainer's own logprobs become the replay state; GRPO advantages
-        with timer.phase("logprobs"):
-            overlong = cfg.overlong_shaping()  # policy tokens vs max_response_tokens, not max_seq_len
-            fresh, gmetrics = episodes_to_groups(episodes, cfg.group_size, step, pad_id=tok.pad_token_id,
-                                                 advantage_scale=cfg.advantage_scale, overlong=overlong,
-                                                 pixel_fn=getattr(tok, "pixel_values", None))
-            gmetrics.update(rescore(fresh, score_fn))
-        # 3. replay_scan: choose stored groups (only those stored before this step)
-        with timer.phase("replay_scan"):
-            selection = replay.select(score_fn, step)
-        # 4. update on fresh + replayed groups
-        with timer.phase("update"):
-            used = drop_zero_signal(fresh) if cfg.dynamic_sampling else fresh
-            rows = rows_of(used) + rows_of(selection.accepted, replayed=True)
-            tmetrics = policy_update(model, optimizer, scheduler, rows, cfg,
-                                     ref_logprobs_fn=ref_logprobs if cfg.kl_coef > 0 else None)
+        # 1. generate + env + reward: all episodes of the step in one rollout (or the one played ahead)
+        if ahead is None:
+            episodes, rstats = events.run(rollout_of(step))
+            account(rstats)
+        else:
+            (episodes, rstats), ahead = ahead, None
+        version = stream.version if stream else 0  # the weights this step updates from
+
+        def learn(step=step, episodes=episodes, version=version):  # phases 2-6; with overlap, on the
+            # trainer's thread beside the next step's rollout
+            # 2. logprobs: the trainer's own logprobs become the ratio denominator and the replay state
+            with timer.phase("logprobs"):
+                overlong = cfg.overlong_shaping()  # policy tokens vs max_response_tokens, not max_seq_len
+                fresh, gmetrics = episodes_to_groups(episodes, cfg.group_size, step, pad_id=tok.pad_token_id,
+                                                     advantage_scale=cfg.advantage_scale, overlong=overlong,
+                                                     pixel_fn=getattr(tok, "pixel_values", None))
+                behaviour = [g.gen_logprobs.clone() for g in fresh]  # the engine's, for stale groups
+                gmetrics.update(rescore(fresh, score_fn))
+                staleness = [group_staleness([[t.get("version") for t in e.info["turns"]] for e in
+                                              episodes[i * cfg.group_size:(i + 1) * cfg.group_size]], version)
+                             for i in range(len(fresh))]
+                used, weights, smetrics = gate_stale_groups(fresh, behaviour, staleness, tau=cfg.replay.tau,
+                                                            cap=cfg.async_.is_cap)  # the drift gate
+            # 3. replay_scan: choose stored groups (only those stored before this step)
+            with timer.phase("replay_scan"):
+                selection = replay.select(score_fn, step)
+            # 4. update on fresh + replayed groups
+            with timer.phase("update"):
+                weight_of = {id(g): w for g, w in zip(used, weights)}
+                used = drop_zero_signal(used) if cfg.dynamic_sampling else used
+                rows = rows_of(used, is_weights=[weight_of[id(g)] for g in used]) + \
+                    rows_of(selection.accepted, replayed=True)
+                tmetrics = policy_update(model, optimizer, scheduler, rows, cfg,
+                                         ref_logprobs_fn=ref_logprobs if cfg.kl_coef > 0 else None)
+            # 5. ingress: after the update, mixed-outcome fresh groups enter the buffer
+            admitted = replay.add(fresh, step)
+            # 6. sync: new weights to the generation engine (with overlap, mid-rollout)
+            with timer.phase("sync"):
+                if hasattr(stream or backend, "sync"):  # the stream engine tags later turns with the new version
+                    (stream or backend).sync(model)
+            return {**gmetrics, **tmetrics, **selection.stats, **(smetrics if stream else {}),
+                    "replay/ingress": float(admitted)}
+
+        sampler_state = sampler.state_dict()  # a resume replays the rollout played ahead
+        if overlap and step < cfg.steps:
+            ahead, lmetrics = events.run_beside(rollout_of(step + 1), learn, learner)
+            account(ahead[1])
+        else:
+            lmetrics = learn()
+        tmetrics = lmetrics
         if tmetrics.get("train/nonfinite"):
             state["nonfinite_steps"] += 1
             log.warning("step %d: non-finite loss or gradient; update skipped (%d so far)",
                         step, state["nonfinite_steps"])
-        # 5. ingress: after the update, mixed-outcome fresh groups enter the buffer
-        admitted = replay.add(fresh, step)
-        # 6. sync: new weights to the generation engine
-        with timer.phase("sync"):
-            if hasattr(stream or backend, "sync"):  # the stream engine tags later turns with the new version
-                (stream or backend).sync(model)
         # 7. metrics, eval and checkpoint (the last two excluded from training time)
-        metrics = {**rstats.metrics(), **gmetrics, **tmetrics, **selection.stats, **replay.metrics(),
-                   "replay/ingress": float(admitted), "train/nonfinite_steps": float(state["nonfinite_steps"]),
+        metrics = {**rstats.metrics(), **lmetrics, **replay.metrics(), **({"async/restarts": float(
+                   getattr(stream, "restarts", 0))} if stream else {}),
+                   "train/nonfinite_steps": float(state["nonfinite_steps"]),
                    "tokens/generated": float(rstats.tokens_generated),
                    "tokens/scored": scored["tokens"],
                    "tokens/trained": tmetrics.get("train/tokens", 0.0)}
@@ -207,7 +248,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
         if step % cfg.checkpoint_every == 0 or step == cfg.steps:
             with timer.phase("checkpoint"):
                 state.update(train_cumulative=timer.train_cumulative + timer.pending_train_time(),
-                             sampler=sampler.state_dict(), health=health.state_dict())
+                             sampler=sampler_state, health=health.state_dict())
                 save_checkpoint(run_dir, step, model=model, optimizer=optimizer, scheduler=scheduler,
                                 replay=replay, state=state)
         metrics.update(timer.end_step())

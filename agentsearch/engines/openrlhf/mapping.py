@@ -41,7 +41,8 @@ FIELDS: dict[str, str] = {
     "tool_latency.mean_s": "with `tool_latency.kind`", "tool_latency.sigma": "with `tool_latency.kind`",
     "async.enabled": "not applicable: OpenRLHF's agent executor already plays each episode on its own "
                      "against vLLM's async engine",
-    "async.max_staleness": "not applicable (0 only; OpenRLHF's `--train.async_enable` is refused)",
+    "async.max_staleness": "refused unless 0 (OpenRLHF's own `--train.async_enable` is refused too)",
+    "async.is_cap": "with `async.max_staleness`",
     "async.tool_timeout_s": "refused unless none (the executor's tools keep their own timeouts)",
     "async.max_batch": "not applicable (the local HF micro-batcher)",
     "async.max_wait_s": "not applicable (the local HF micro-batcher)",
@@ -135,6 +136,8 @@ def refusals(t, extra_args: list[str] = ()) -> list[str]:
     if t.update_minibatch_size and t.replay.kind != "none" and t.replay.k_rep > 0:
         out.append("train.update_minibatch_size with replay on: a replay step's rows include padded empty "
                    "slots, so OpenRLHF's mini-batches would not be the local trainer's")
+    if t.async_.max_staleness > 0:
+        out.append("train.async.max_staleness > 0: generation beside the update runs in the local trainer only")
     if t.async_.tool_timeout_s is not None:
         out.append("train.async.tool_timeout_s: " + FIELDS["async.tool_timeout_s"].removeprefix("refused unless none "))
     if t.tool_latency.kind != "none":
