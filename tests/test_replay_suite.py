@@ -77,8 +77,13 @@ def test_methods_groups_steps_latency_and_overrides(tmp_path):
         suite.resolve(suite_args(tmp_path, overrides=["lr=fast"]))
     specs, budget = suite.resolve(suite_args(tmp_path, search_r1=True, seeds=[0]))
     assert [(s.name, s.preset) for s in specs] == [("search_r1_equivalent-s0", "search-r1-equivalent"),
-                                                   ("full_stack-s0", "full-stack")]
+                                                   ("full_stack-s0", "full-stack"),
+                                                   ("full_stack_async-s0", "full-stack")]
     assert specs[0].run == tmp_path / "search_r1" / "search_r1_equivalent-s0" and budget["latency"] == "none"
+    assert specs[2].overrides[-2:] == ["async.enabled=true", "async.max_staleness=1"]
+    specs, _ = suite.resolve(suite_args(tmp_path, methods="async", seeds=[0]))
+    assert [s.name for s in specs] == ["hdr-s0", "hdr_streaming-s0", "hdr_overlap-s0"]
+    assert "async.max_staleness=1" in specs[2].overrides and "async.enabled=true" not in specs[0].overrides
 
 
 def test_dry_run_lists_runs_and_skips_finished_ones(tmp_path):

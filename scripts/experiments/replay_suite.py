@@ -31,6 +31,8 @@ mean 0.2 s per search call, standing for a remote retriever) on every run.
 ``agentsearch serve`` with one HTTP request per search, HF generation) and ``full-stack`` (HDR,
 bm25s in process with micro-batching, vLLM generation) instead, into ``OUT/search_r1``; it
 builds the world's Pyserini index, starts the server on 127.0.0.1 and stops it at the end.
+``full_stack_async`` is ``full-stack`` with the streaming rollout beside the update
+(``async.enabled=true async.max_staleness=1``).
 No latency profile is added there unless ``--latency`` is given: the server is the latency.
 
 Each run trains in ``OUT/<method>-s<seed>`` in a subprocess with ``--threads-per-run`` torch
@@ -75,7 +77,9 @@ CISPO = ["loss=cispo"]
 REPLAY = ["on_policy", "on_policy_larger", "naive", "recency", "headroom_only", "drift_only", "hdr"]
 LOSSES = ["gspo_on_policy", "gspo_hdr", "cispo_on_policy", "cispo_hdr", "dapo_on_policy", "dapo_hdr"]
 ASYNC = ["hdr_streaming", "hdr_overlap"]
-SEARCH_R1 = {"search_r1_equivalent": "search-r1-equivalent", "full_stack": "full-stack"}
+SEARCH_R1 = {"search_r1_equivalent": "search-r1-equivalent", "full_stack": "full-stack",
+             "full_stack_async": "full-stack"}
+SEARCH_R1_OVERRIDES = {"full_stack_async": ["async.enabled=true", "async.max_staleness=1"]}
 ALIASES = {"all": REPLAY + LOSSES, "replay": REPLAY, "losses": LOSSES, "async": ["hdr", *ASYNC]}
 
 
@@ -155,7 +159,7 @@ def resolve(a) -> tuple[list[Spec], dict]:
     for seed in a.seeds:
         for m in methods:
             if a.search_r1:
-                preset, own = SEARCH_R1[m], []
+                preset, own = SEARCH_R1[m], SEARCH_R1_OVERRIDES.get(m, [])
             else:
                 preset, own = a.preset, method_overrides(m, b, base.response_budget)
             specs.append(Spec(m, seed, preset, [f"seed={seed}", *common, *a.overrides, *own],
