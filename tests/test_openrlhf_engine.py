@@ -184,6 +184,10 @@ def test_hdr_scan_on_eight_data_ranks_with_one_group(rig):
         group.async_run_method_batch("forward", sequences=[rows[0].sequences], action_mask=[rows[0].action_mask],
                                      attention_mask=[rows[0].attention_mask])
     maker.make_experience_batch(rows)
+    for start in range(2, 12, 2):  # sampled outcomes: play more tasks until a group is mixed (and stored)
+        if len(maker.replay):
+            break
+        maker.make_experience_batch(to_experiences(_play(rig, rig.tasks[start:start + 2], 5)))
     assert len(maker.replay) > 0, "no mixed-outcome group stored"
     g = maker.replay.groups[0]
     group.calls.clear()
