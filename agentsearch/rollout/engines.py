@@ -130,7 +130,7 @@ class StreamEngine:
         """Called under the lock right after a sync."""
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown(wait=True, cancel_futures=True)  # the thread (and its OpenMP team) gone before we go on
 
 def _cut_to(g: Generation, k: int) -> Generation:
     if len(g.token_ids) <= k:

@@ -45,7 +45,7 @@ async def aclose_all(resources: Iterable[Any]) -> None:
             elif hasattr(res, "close"):
                 res.close()
             elif hasattr(res, "shutdown"):  # a worker thread pool
-                res.shutdown(wait=False, cancel_futures=True)
+                res.shutdown(wait=True, cancel_futures=True)
         except Exception as e:  # noqa: BLE001 - closing is best effort, one at a time
             log.warning("closing %s failed: %s: %s", type(res).__name__, type(e).__name__, e)
 
