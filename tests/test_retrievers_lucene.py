@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -37,6 +39,19 @@ def test_java_runtime_is_21_and_sized():
     assert not any("jdk.incubator.vector" in o for o in jnius_config.get_options())
     assert autoclass("java.lang.Runtime").getRuntime().availableProcessors() == int(
         os.environ["AGENTSEARCH_JAVA_THREADS"])
+
+
+def test_the_main_thread_keeps_its_whole_stack_after_the_jvm_starts():
+    """HotSpot started on the main thread took its stack to be 1 MiB: later C recursion past
+    that died with a bare SIGSEGV (it killed `make test` at random places). In a child
+    process, since a crash would take this one with it."""
+    pytest.importorskip("pyserini")
+    code = ("import sys\nfrom agentsearch.retrievers._java import import_pyserini\nimport_pyserini()\n"
+            "from jnius import autoclass\nautoclass('java.lang.System').getProperty('java.version')\n"
+            "sys.setrecursionlimit(10**6)\nx = []\nfor _ in range(20_000):\n    x = [x]\n"
+            "print(len(repr(x)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "40002", (out.returncode, out.stderr[-2000:])
 
 
 def test_lucene_recall_single_hop(lucene, questions):

