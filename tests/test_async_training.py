@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 import yaml
 from test_trainer import WARM, _cfg, _records
 
@@ -30,6 +31,9 @@ def test_async_section_is_keyed_async_everywhere(tmp_path):
     (["async.max_batch=0"], "max_batch must be >= 1"),
     (["async.tool_timeout_s=0"], "tool_timeout_s=0.0 must be > 0"),
     (["async.enabled=maybe"], "async.enabled"),
+    (["async.oversample=-1"], "oversample=-1 must be >= 0"),
+    (["async.enabled=true", "async.oversample=2"], "carry groups across an update"),
+    (["async.enabled=true", "async.replay_topup=true"], "carry groups across an update"),
 ])
 def test_bad_async_settings_are_clear_errors(overrides, msg):
     with pytest.raises(ConfigError, match=msg):
@@ -76,3 +80,28 @@ def test_overlapped_run_trains_on_stale_groups_through_the_drift_gate(tmp_path):
     assert recs[1]["async/staleness_mean"] == 0  # the first rollout ran before any update
     assert any(r["async/stale_groups"] > 0 for r in recs[2:])  # later ones saw a sync mid-rollout
     assert recs[2]["time/overlap"] > 0
+
+
+@pytest.mark.slow
+def test_oversampled_run_carries_groups_tops_up_with_replay_and_resumes(tmp_path):
+    """async.oversample=2: four groups in play for two per step; the stragglers (a slow tool
+    call) are carried and their length bias logged; replay_topup fills the batch with replayed
+    groups when the update is done first. A resume restarts the tasks that were in play."""
+    over = ["async.enabled=true", "async.max_staleness=1", "async.max_wait_s=0.01", "async.oversample=2",
+            "async.replay_topup=true", "replay.kind=hdr", "tool_latency.kind=lognormal",
+            "tool_latency.mean_s=0.1", "tool_latency.sigma=1.5", *WARM]
+    train(_cfg("steps=4", "checkpoint_every=2", *over), tmp_path, quiet=True)
+    recs = _records(tmp_path)
+    assert [r["step"] for r in recs] == [0, 1, 2, 3, 4]
+    for r in recs[1:]:
+        for key in ("async/carried_groups", "async/taken_carried", "async/len_carried", "async/len_uncarried",
+                    "async/fresh_short", "async/replay_topup"):
+            assert key in r, key
+        assert r["rollout/episodes"] == 4 * (2 - r["async/fresh_short"]) and r["async/fresh_short"] <= 1
+        assert 0 <= r["async/replay_topup"] <= r["async/fresh_short"]
+    assert sum(r["async/carried_groups"] for r in recs[1:]) > 0
+    state = torch.load(tmp_path / "checkpoints" / "step-000002" / "trainer.pt", weights_only=False)["state"]
+    # the step-3 groups taken ahead (2 - short) and the groups in play are the tasks a resume restarts
+    assert state["pool"]["serial"] >= 6 and len(state["pool"]["tasks"]) >= 3
+    train(_cfg("steps=4", "checkpoint_every=2", *over), tmp_path, resume=True, quiet=True)
+    assert [r["step"] for r in _records(tmp_path)] == [0, 1, 2, 3, 4]

@@ -207,8 +207,9 @@ class HeadroomDriftBuffer:
         return len(new)
 
     # ------------------------------------------------------------------ selection
-    def select(self, score_fn: ScoreFn | None, step: int) -> Selection:
-        """Choose up to ``k_rep`` groups to replay at ``step`` (module doc for the rule).
+    def select(self, score_fn: ScoreFn | None, step: int, *, extra: int = 0) -> Selection:
+        """Choose up to ``k_rep + extra`` groups to replay at ``step`` (module doc for the
+        rule; ``extra``: slots fresh groups left empty, e.g. the streaming trainer's top-up).
 
         ``score_fn`` may be None for strategies that do not score (``scores_groups``).
         Every accepted group's ``replay_count`` goes up by one.
@@ -217,10 +218,11 @@ class HeadroomDriftBuffer:
         accepted: list[ReplayGroup] = []
         records: list[ScanRecord] = []
         scanned = calls = 0
-        if self.k_rep > 0 and pool:
+        budget = self.k_rep + max(int(extra), 0)
+        if budget > 0 and pool:
             order = self._scan_order(pool)
             if not self.scores_groups:
-                accepted = [self._groups[i] for i in order[: self.k_rep]]
+                accepted = [self._groups[i] for i in order[:budget]]
                 scanned = len(accepted)
             else:
                 if score_fn is None:
@@ -232,17 +234,17 @@ class HeadroomDriftBuffer:
                     scanned += len(chunk)
                     for g, r in zip(chunk, chunk_records, strict=True):
                         g.cached_headroom = r.headroom  # refreshed, accepted or not
-                        take = r.passed and len(accepted) < self.k_rep
+                        take = r.passed and len(accepted) < budget
                         if take:
                             accepted.append(g)
                         records.append(dataclasses.replace(r, accepted=take))
-                    if len(accepted) >= self.k_rep:
+                    if len(accepted) >= budget:
                         break
         for g in accepted:
             g.replay_count += 1
         self.stats.on_select(scanned, sum(r.passed for r in records) if records else len(accepted))
         stats = selection_metrics(candidates=len(pool), scanned=scanned, accepted=accepted,
-                                  k_rep=self.k_rep, step=int(step), score_calls=calls,
+                                  k_rep=budget, step=int(step), score_calls=calls,
                                   records=records)
         stats.update(self.metrics())
         return Selection(accepted=accepted, scanned=scanned, stats=stats)

@@ -45,8 +45,8 @@ class ReplayStrategy(Protocol):
         """Offer this step's groups after the update; return how many were admitted."""
         ...
 
-    def select(self, score_fn: ScoreFn | None, step: int) -> Selection:
-        """Choose groups to replay at ``step``, before the update."""
+    def select(self, score_fn: ScoreFn | None, step: int, *, extra: int = 0) -> Selection:
+        """Choose groups to replay at ``step``, before the update (``extra`` more than usual)."""
         ...
 
     def metrics(self) -> dict[str, float]:

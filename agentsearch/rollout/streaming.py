@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from agentsearch.envs.text_env import TextEnv
 from agentsearch.rollout.backends import SamplingParams, derive_seed
@@ -48,7 +48,7 @@ from agentsearch.rollout.turns import (
     take_observation,
 )
 
-__all__ = ["astream_rollout", "stream_rollout"]
+__all__ = ["Player", "astream_rollout", "stream_rollout"]
 
 
 class _BusyClock:
@@ -68,6 +68,49 @@ class _BusyClock:
             self.busy += time.perf_counter() - self._since
 
 
+@dataclass
+class Player:
+    """How one episode is played on its own; shared by ``astream_rollout`` and ``GroupPool``
+    (``pool.py``), which swaps ``stats`` between takes."""
+
+    engine: StreamEngine
+    params: SamplingParams
+    stop: tuple[str, ...]
+    max_turns: int | None
+    max_seq_len: int | None
+    stats: RolloutStats
+    """Where generated tokens, tokenizing and reward seconds are counted."""
+    env_clock: _BusyClock = field(default_factory=_BusyClock)
+
+    async def play(self, r: EpisodeState, *seed_keys: int | str) -> None:
+        """Turns until the episode ends; turn ``t`` is seeded ``derive_seed(params.seed,
+        *seed_keys, t)`` and tagged with the weight version that generated it."""
+        engine, params, max_seq_len, tok = self.engine, self.params, self.max_seq_len, self.engine.tokenizer
+        turn = 0
+        try:
+            while not r.done:
+                room = params.max_new_tokens if max_seq_len is None else max_seq_len - len(r.ids)
+                p = replace(params, stop=self.stop, max_new_tokens=min(params.max_new_tokens, room),
+                            seed=None if params.seed is None else derive_seed(params.seed, *seed_keys, turn))
+                g = await engine.generate(r.ids, p, images=r.info.get("images") or None)
+                turn += 1
+                t0 = time.perf_counter()
+                action = take_generation(r, g, tok, max_seq_len, self.stats)
+                r.info["turns"][-1]["version"] = g.version
+                self.stats.time_tokenize += time.perf_counter() - t0
+                if action is None:
+                    break
+                with self.env_clock, engine.in_env():
+                    res = await step_env(r, action)
+                self.stats.time_reward += res[3]
+                t0 = time.perf_counter()
+                obs_ids = list(tok(res[0], add_special_tokens=False)["input_ids"]) if res[0] else []
+                take_observation(r, res, obs_ids, max_turns=self.max_turns, max_seq_len=max_seq_len)
+                self.stats.time_tokenize += time.perf_counter() - t0
+        finally:
+            engine.episode_done()
+
+
 async def astream_rollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | str,
                           tasks: list[dict], engine: StreamEngine, params: SamplingParams, *,
                           n_per_task: int = 1, max_turns: int | None = None, seed: int | None = None,
@@ -75,48 +118,21 @@ async def astream_rollout(envs_or_factory: Sequence[TextEnv] | Callable[[], Text
     """Play ``len(tasks) * n_per_task`` episodes, each on its own (see the module notes);
     arguments and results as ``episodes.arollout``, with a ``StreamEngine`` for the backend."""
     t_start = time.perf_counter()
-    tok = engine.tokenizer
-    runs, stats, stop = start_episodes(envs_or_factory, tasks, tok, params, n_per_task=n_per_task, seed=seed,
-                                       max_seq_len=max_seq_len)
-    env_clock = _BusyClock()
+    runs, stats, stop = start_episodes(envs_or_factory, tasks, engine.tokenizer, params, n_per_task=n_per_task,
+                                       seed=seed, max_seq_len=max_seq_len)
+    player = Player(engine, params, stop, max_turns, max_seq_len, stats)
     busy0, calls0, requests0 = engine.busy_s, engine.calls, engine.requests
-
-    async def play(i: int, r: EpisodeState) -> None:
-        turn = 0
-        try:
-            while not r.done:
-                room = params.max_new_tokens if max_seq_len is None else max_seq_len - len(r.ids)
-                p = replace(params, stop=stop, max_new_tokens=min(params.max_new_tokens, room),
-                            seed=None if params.seed is None else derive_seed(params.seed, i, turn))
-                g = await engine.generate(r.ids, p, images=r.info.get("images") or None)
-                turn += 1
-                t0 = time.perf_counter()
-                action = take_generation(r, g, tok, max_seq_len, stats)
-                r.info["turns"][-1]["version"] = g.version
-                stats.time_tokenize += time.perf_counter() - t0
-                if action is None:
-                    break
-                with env_clock, engine.in_env():
-                    res = await step_env(r, action)
-                stats.time_reward += res[3]
-                t0 = time.perf_counter()
-                obs_ids = list(tok(res[0], add_special_tokens=False)["input_ids"]) if res[0] else []
-                take_observation(r, res, obs_ids, max_turns=max_turns, max_seq_len=max_seq_len)
-                stats.time_tokenize += time.perf_counter() - t0
-        finally:
-            engine.episode_done()
-
     engine.expect(len(runs))
     try:
         async with asyncio.TaskGroup() as group:  # one failing episode cancels the others
             for i, r in enumerate(runs):
-                group.create_task(play(i, r))
+                group.create_task(player.play(r, i))
     except BaseExceptionGroup as errors:  # the first episode's error, as the lock-step rollout raises it
         raise errors.exceptions[0] from None
     stats.time_generate = engine.busy_s - busy0
     stats.generate_calls = engine.calls - calls0
     stats.generate_requests = engine.requests - requests0
-    stats.time_env = max(env_clock.busy - stats.time_reward, 0.0)
+    stats.time_env = max(player.env_clock.busy - stats.time_reward, 0.0)
     return finish_episodes(runs, stats, t_start), stats
 
 

@@ -74,6 +74,8 @@ class RolloutStats:
     answer_correct: float = 0.0
     reward_mean: float = 0.0
     reward_components: dict[str, float] = field(default_factory=dict)
+    extra_metrics: dict[str, float] = field(default_factory=dict)
+    """Keys a rollout adds to ``metrics()`` (``GroupPool``: its ``async/*`` keys)."""
 
     def metrics(self) -> dict[str, float]:
         n = max(self.episodes, 1)
@@ -90,6 +92,7 @@ class RolloutStats:
                "rollout/truncated_frac": self.truncated / n,
                "rollout/answer_correct": self.answer_correct, "reward/total": self.reward_mean}
         out.update(self.reward_components)
+        out.update(self.extra_metrics)
         return out
 
 

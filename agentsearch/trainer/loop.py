@@ -6,7 +6,10 @@ One step (the phase names are the ``time/*`` keys):
    ``group_size`` episodes of each, all at once: lock-step turns (one batched generation call
    per turn; tool calls overlap) or, with ``async.enabled``, each episode on its own
    (``rollout.streaming``); rewards come from the envs. With ``async.max_staleness=1`` the
-   next step's rollout runs while phases 2-6 of this one run on a trainer thread.
+   next step's rollout runs while phases 2-6 of this one run on a trainer thread (the replay
+   scan included); with ``async.oversample`` the step takes the first groups to finish and
+   carries the rest, and ``async.replay_topup`` fills a short batch with replay
+   (``rollouts.py``, ``rollout.pool``).
 2. ``logprobs``: one teacher-forced forward stores the trainer's own logprobs of the sampled
    tokens (the ratio denominator and the replay state); GRPO advantages per group; stale
    groups pass the drift gate and get the decoupled objective's weights (``staleness.py``).
@@ -18,7 +21,8 @@ One step (the phase names are the ``time/*`` keys):
 6. ``sync``: the new weights go to the generation engine.
 7. metrics, then (excluded from training time) ``eval`` and ``checkpoint``.
 
-Design notes: helpers live in ``setup.py``, ``groups.py``, ``update.py``, ``sft.py``;
+Design notes: helpers live in ``setup.py`` (building things), ``rollouts.py`` (phases 1-2),
+``agentsearch.algorithms`` (groups, losses, the update), ``agentsearch.warmstart`` (SFT);
 the replay strategies in ``agentsearch.replay``. ``train()`` returns the final metrics.
 """
 
@@ -28,23 +32,20 @@ import json
 import logging
 import math
 import time
-from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import torch
 
-from agentsearch.algorithms.grouping import drop_zero_signal, episodes_to_groups, rescore
+from agentsearch.algorithms.grouping import drop_zero_signal
 from agentsearch.algorithms.optim import make_optimizer
-from agentsearch.algorithms.staleness import gate_stale_groups, group_staleness
 from agentsearch.algorithms.update import policy_update, rows_of
 from agentsearch.core.config import ConfigError, apply_overrides, dump, to_dict
 from agentsearch.core.progress import Progress
 from agentsearch.models.logprobs import make_score_fn, token_logprobs
 from agentsearch.models.lora import count_parameters, frozen_reference, reference_policy
-from agentsearch.rollout import EventLoop, SamplingParams, arollout, derive_seed
-from agentsearch.rollout.engines import make_stream_engine
+from agentsearch.rollout import EventLoop
 from agentsearch.rollout.events import worker_thread
-from agentsearch.rollout.streaming import astream_rollout
 from agentsearch.trainer.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
@@ -57,6 +58,7 @@ from agentsearch.trainer.checkpoint import (
 from agentsearch.trainer.eval import eval_envs, eval_settings, evaluate
 from agentsearch.trainer.health import HealthMonitor
 from agentsearch.trainer.metrics import MetricsLogger, progress_line
+from agentsearch.trainer.rollouts import StepRollouts, fresh_groups
 from agentsearch.trainer.setup import (
     TaskSampler,
     build_backend,
@@ -98,7 +100,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
         group["betas"] = tuple(cfg.adam_betas)
     replay = build_replay(cfg)
     health = HealthMonitor(replay_kind=cfg.replay.kind)  # health/* alarms: a run that learns nothing says so
-    n_episodes = cfg.prompts_per_step * cfg.group_size
+    n_episodes = (cfg.prompts_per_step + cfg.async_.oversample) * cfg.group_size
     envs = build_envs(cfg, n_episodes, split="train")
     events.own(envs)  # their tools and retriever clients close with the loop
     preflight(envs[0], loop=events)
@@ -130,9 +132,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
     reference = frozen_reference(model, load_reference(run_dir)) if cfg.kl_coef > 0 else None
     backend = build_backend(cfg, model, tok)
     events.own(backend)  # a vLLM engine shuts down with the run
-    stream = make_stream_engine(backend, max_batch=cfg.async_.max_batch,
-                                max_wait_s=cfg.async_.max_wait_s) if cfg.async_.enabled else None
-    events.own(stream)
+    rollouts = StepRollouts(cfg, envs, backend, sampler, events, state)  # phase 1's rollout of each step
     logger = MetricsLogger(run_dir, tensorboard=cfg.tensorboard, wandb_project=cfg.wandb_project, config=to_dict(cfg))
     logger.truncate_after(step)
     timer = PhaseTimer(state["train_cumulative"])
@@ -155,15 +155,6 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
         logger.log(0, {**last, **sft_metrics, "time/train_cumulative": 0.0})
         progress.update(0, progress_line(last, last), force=True)
         timer.end_step()
-    sampling = SamplingParams(max_new_tokens=cfg.generation.max_new_tokens, temperature=cfg.generation.temperature,
-                              top_p=cfg.generation.top_p)
-
-    def rollout_of(step: int):  # the coroutine that plays a step's episodes (phase 1)
-        tasks = sampler.sample(cfg.prompts_per_step)
-        params = replace(sampling, seed=derive_seed(cfg.seed, step))  # the rollout derives each turn's
-        kw = dict(n_per_task=cfg.group_size, max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len,
-                  seed=derive_seed(cfg.seed, step, "reset"))
-        return astream_rollout(envs, tasks, stream, params, **kw) if stream else arollout(envs, tasks, backend, params, **kw)
 
     def account(rstats):  # a rollout's phases count in the step during which it ran
         for phase in ("generate", "env", "reward"):
@@ -179,30 +170,21 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
         step += 1
         # 1. generate + env + reward: all episodes of the step in one rollout (or the one played ahead)
         if ahead is None:
-            episodes, rstats = events.run(rollout_of(step))
+            episodes, rstats = events.run(rollouts.of(step))
             account(rstats)
         else:
             (episodes, rstats), ahead = ahead, None
-        version = stream.version if stream else 0  # the weights this step updates from
+        version = rollouts.version  # the weights this step updates from
 
-        def learn(step=step, episodes=episodes, version=version):  # phases 2-6; with overlap, on the
+        def learn(step=step, episodes=episodes, version=version, rstats=rstats):  # phases 2-6; with overlap, on the
             # trainer's thread beside the next step's rollout
             # 2. logprobs: the trainer's own logprobs become the ratio denominator and the replay state
-            with timer.phase("logprobs"):
-                overlong = cfg.overlong_shaping()  # policy tokens vs max_response_tokens, not max_seq_len
-                fresh, gmetrics = episodes_to_groups(episodes, cfg.group_size, step, pad_id=tok.pad_token_id,
-                                                     advantage_scale=cfg.advantage_scale, overlong=overlong,
-                                                     pixel_fn=getattr(tok, "pixel_values", None))
-                behaviour = [g.gen_logprobs.clone() for g in fresh]  # the engine's, for stale groups
-                gmetrics.update(rescore(fresh, score_fn))
-                staleness = [group_staleness([[t.get("version") for t in e.info["turns"]] for e in
-                                              episodes[i * cfg.group_size:(i + 1) * cfg.group_size]], version)
-                             for i in range(len(fresh))]
-                used, weights, smetrics = gate_stale_groups(fresh, behaviour, staleness, tau=cfg.replay.tau,
-                                                            cap=cfg.async_.is_cap)  # the drift gate
+            with timer.phase("logprobs"):  # (stale groups pass the drift gate: algorithms/staleness.py)
+                fresh, used, weights, gmetrics = fresh_groups(cfg, episodes, step, version, tok, score_fn)
             # 3. replay_scan: choose stored groups (only those stored before this step)
-            with timer.phase("replay_scan"):
-                selection = replay.select(score_fn, step)
+            with timer.phase("replay_scan"):  # (plus the slots the fresh groups left empty: top-up)
+                short = int(rstats.extra_metrics.get("async/fresh_short", 0))
+                selection = replay.select(score_fn, step, extra=short)
             # 4. update on fresh + replayed groups
             with timer.phase("update"):
                 weight_of = {id(g): w for g, w in zip(used, weights)}
@@ -215,14 +197,12 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
             admitted = replay.add(fresh, step)
             # 6. sync: new weights to the generation engine (with overlap, mid-rollout)
             with timer.phase("sync"):
-                if hasattr(stream or backend, "sync"):  # the stream engine tags later turns with the new version
-                    (stream or backend).sync(model)
-            return {**gmetrics, **tmetrics, **selection.stats, **(smetrics if stream else {}),
-                    "replay/ingress": float(admitted)}
+                rollouts.sync(model)
+            topup = {"async/replay_topup": float(max(len(selection.accepted) - cfg.replay.k_rep, 0))} if rollouts.pool else {}
+            return {**gmetrics, **tmetrics, **selection.stats, **topup, "replay/ingress": float(admitted)}
 
-        sampler_state = sampler.state_dict()  # a resume replays the rollout played ahead
         if overlap and step < cfg.steps:
-            ahead, lmetrics = events.run_beside(rollout_of(step + 1), learn, learner)
+            ahead, lmetrics = events.run_beside(partial(rollouts.of, step + 1), learn, learner)
             account(ahead[1])
         else:
             lmetrics = learn()
@@ -232,8 +212,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
             log.warning("step %d: non-finite loss or gradient; update skipped (%d so far)",
                         step, state["nonfinite_steps"])
         # 7. metrics, eval and checkpoint (the last two excluded from training time)
-        metrics = {**rstats.metrics(), **lmetrics, **replay.metrics(), **({"async/restarts": float(
-                   getattr(stream, "restarts", 0))} if stream else {}),
+        metrics = {**rstats.metrics(), **lmetrics, **replay.metrics(), **rollouts.metrics(),
                    "train/nonfinite_steps": float(state["nonfinite_steps"]),
                    "tokens/generated": float(rstats.tokens_generated),
                    "tokens/scored": scored["tokens"],
@@ -248,7 +227,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
         if step % cfg.checkpoint_every == 0 or step == cfg.steps:
             with timer.phase("checkpoint"):
                 state.update(train_cumulative=timer.train_cumulative + timer.pending_train_time(),
-                             sampler=sampler_state, health=health.state_dict())
+                             health=health.state_dict(), **rollouts.state_dict(ahead=ahead is not None))
                 save_checkpoint(run_dir, step, model=model, optimizer=optimizer, scheduler=scheduler,
                                 replay=replay, state=state)
         metrics.update(timer.end_step())

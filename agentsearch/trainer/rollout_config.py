@@ -52,6 +52,15 @@ class AsyncConfig:
     before its update. 1: the next step's rollout runs while this step updates (the new
     weights reach it mid-rollout); stale groups train with the decoupled objective and pass
     the drift gate (``replay.tau``) first (``algorithms/staleness.py``)."""
+    oversample: int = 0
+    """Extra groups kept in play (``rollout/pool.py``): ``prompts_per_step + oversample`` groups
+    are played at once, each step trains on the first ``prompts_per_step`` to complete and the
+    rest are carried into the next step (``async/carried_groups``, ``async/len_carried`` vs
+    ``async/len_uncarried``: the length bias). Needs ``max_staleness=1``."""
+    replay_topup: bool = False
+    """When the update is done and the next step's groups are not, take the groups that are
+    complete (at least half the step's) and fill the rest with gated replay instead of waiting
+    (``async/fresh_short``, ``async/replay_topup``). Needs ``max_staleness=1``."""
     is_cap: float = 2.0
     """Truncation C of the decoupled objective's importance weight ``pi_prox / pi_behav``."""
     tool_timeout_s: float | None = None
@@ -72,6 +81,11 @@ class AsyncConfig:
         elif self.max_staleness == 1 and not self.enabled:
             out.append("async.max_staleness=1 overlaps the streaming rollout with the update: set "
                        "async.enabled=true")
+        if self.oversample < 0:
+            out.append(f"async.oversample={self.oversample} must be >= 0")
+        elif (self.oversample or self.replay_topup) and self.max_staleness < 1:
+            out.append("async.oversample and async.replay_topup carry groups across an update: set "
+                       "async.enabled=true async.max_staleness=1")
         if self.is_cap < 1:
             out.append(f"async.is_cap={self.is_cap} must be >= 1")
         if self.tool_timeout_s is not None and self.tool_timeout_s <= 0:

@@ -43,6 +43,7 @@ FIELDS: dict[str, str] = {
                      "against vLLM's async engine",
     "async.max_staleness": "refused unless 0 (OpenRLHF's own `--train.async_enable` is refused too)",
     "async.is_cap": "with `async.max_staleness`",
+    "async.oversample": "with `async.max_staleness`", "async.replay_topup": "with `async.max_staleness`",
     "async.tool_timeout_s": "refused unless none (the executor's tools keep their own timeouts)",
     "async.max_batch": "not applicable (the local HF micro-batcher)",
     "async.max_wait_s": "not applicable (the local HF micro-batcher)",

@@ -1,0 +1,186 @@
+"""Groups played across step boundaries: the trainer takes groups as they finish.
+
+``GroupPool(envs, engine, params, group_size=n, in_flight=b + m, sample=...)`` keeps
+``in_flight`` groups being played at all times (each episode on its own, ``streaming.Player``).
+``await pool.take(b)`` starts new groups (tasks from ``sample``) until ``in_flight`` are in
+play, waits for the first ``b`` to complete, and returns their episodes in completion order
+(a group's ``n`` episodes together); the other groups go on being played and are *carried*
+into the next take. That is over-sampling (``async.oversample = m``): a group held up by a
+slow tool call or a long answer no longer holds up the step.
+
+With ``enough`` (a future the trainer completes when it has nothing left to do) a take
+returns as soon as ``enough`` is done and at least ``min_take`` groups are complete: the
+trainer tops the batch up with replayed groups instead of waiting (``async/fresh_short``).
+
+The price is a length bias: the groups that finish first are the short ones (fewer turns,
+shorter answers), and a carried group trains on weights older than it was started with. Both
+are measured on every take (``extra_metrics``): ``async/carried_groups`` (in play after the
+take), ``async/taken_carried`` (taken groups that had been carried), the mean policy tokens
+per episode of taken groups that were and were not carried (``async/len_carried``,
+``async/len_uncarried``); stale turns go through the trainer's drift gate like any others.
+
+Seeds: group ``s`` (the pool's ``s``-th) resets its envs with ``derive_seed(seed, s,
+"reset")`` and episode ``j``'s turn ``t`` samples with ``derive_seed(params.seed, s, j, t)``.
+A checkpoint keeps ``state_dict()``: the tasks in play restart first after a resume (from
+their first turn: half-played episodes are not saved).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from agentsearch.envs.text_env import TextEnv
+from agentsearch.rollout.backends import SamplingParams, derive_seed
+from agentsearch.rollout.engines import StreamEngine
+from agentsearch.rollout.streaming import Player
+from agentsearch.rollout.turns import (
+    Episode,
+    EpisodeState,
+    RolloutStats,
+    finish_episodes,
+    start_episodes,
+)
+
+__all__ = ["GroupPool"]
+
+
+@dataclass
+class _Group:
+    serial: int
+    task: dict
+    envs: list[TextEnv]
+    runs: list[EpisodeState]
+    job: asyncio.Task
+    carried: int = 0
+
+
+class GroupPool:
+    """See the module notes. ``envs`` must hold ``in_flight * group_size`` envs."""
+
+    def __init__(self, envs: Sequence[TextEnv], engine: StreamEngine, params: SamplingParams, *,
+                 group_size: int, in_flight: int, sample: Callable[[int], list[dict]], seed: int,
+                 max_turns: int | None = None, max_seq_len: int | None = None):
+        if len(envs) < in_flight * group_size:
+            raise ValueError(f"{in_flight} groups of {group_size} in play need {in_flight * group_size} "
+                             f"envs, got {len(envs)}")
+        self.engine, self.params, self.sample, self.seed = engine, params, sample, seed
+        self.group_size, self.in_flight = group_size, in_flight
+        self.max_turns, self.max_seq_len = max_turns, max_seq_len
+        self.free: list[TextEnv] = list(envs)
+        self.groups: list[_Group] = []  # in play, in start order
+        self.finished: list[_Group] = []  # complete, in completion order
+        self.serial = 0
+        self.player: Player | None = None
+        self._restart: list[dict] = []
+        self.last_taken: list[dict] = []
+
+    def state_dict(self, *, last_take_trained: bool = True) -> dict:
+        """What a checkpoint keeps: the group serial and the tasks of the groups in play (and
+        of the last take, unless its episodes were trained); ``load_state_dict`` restarts
+        those groups (from their first turn) before sampling new tasks."""
+        tasks = ([] if last_take_trained else self.last_taken) + [g.task for g in self.groups] + self._restart
+        return {"serial": self.serial, "tasks": tasks}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.serial, self._restart = int(state["serial"]), list(state["tasks"])
+
+    def _start(self, task: dict, stats: RolloutStats) -> None:
+        n = self.group_size
+        envs, self.free = self.free[:n], self.free[n:]
+        runs, started, stop = start_episodes(envs, [task], self.engine.tokenizer, self.params, n_per_task=n,
+                                             seed=derive_seed(self.seed, self.serial, "reset"),
+                                             max_seq_len=self.max_seq_len)
+        stats.time_tokenize += started.time_tokenize
+        if self.player is None:
+            self.player = Player(self.engine, self.params, stop, self.max_turns, self.max_seq_len, stats)
+        self.engine.expect(n)
+        serial = self.serial
+        job = asyncio.get_running_loop().create_task(self._play_group(runs, serial))
+        group = _Group(serial, task, envs, runs, job)
+        job.add_done_callback(lambda _: self.finished.append(group))
+        self.groups.append(group)
+        self.serial += 1
+
+    async def _play_group(self, runs: list[EpisodeState], serial: int) -> None:
+        # a task (not a bare gather future), so a loop that closes cancels and collects it
+        await asyncio.gather(*(self.player.play(r, serial, j) for j, r in enumerate(runs)))
+
+    async def _fail(self) -> None:
+        """An episode raised: stop every group, collect them all (no exception left unread
+        for the garbage collector to log at a random moment), raise the first error."""
+        jobs = [g.job for g in self.groups]
+        for job in jobs:
+            job.cancel()
+        results = await asyncio.gather(*jobs, return_exceptions=True)
+        self.groups, self.finished = [], []
+        for r in results:
+            if isinstance(r, Exception):
+                raise r
+
+    async def take(self, b: int, *, enough: asyncio.Future | None = None,
+                   min_take: int | None = None) -> tuple[list[Episode], RolloutStats]:
+        """The episodes of the first ``b`` groups to complete (fewer, but at least
+        ``min_take``, once ``enough`` is done), and the take's stats: what the engine and the
+        envs did since the take began, over every group in play; ``extra_metrics`` holds the
+        ``async/*`` keys of the module notes."""
+        t_start = time.perf_counter()
+        stats = RolloutStats()
+        if self.player is not None:
+            self.player.stats = stats
+        busy0, calls0, requests0 = self.engine.busy_s, self.engine.calls, self.engine.requests
+        env0 = self.player.env_clock.busy if self.player else 0.0
+        while len(self.groups) < self.in_flight:
+            task = self._restart.pop(0) if self._restart else self.sample(1)[0]
+            self._start(task, stats)
+        assert self.player is not None
+        self.player.stats = stats
+        min_take = b if min_take is None else max(1, min(min_take, b))
+        try:
+            while len(self.finished) < b and not (enough is not None and enough.done()
+                                                  and len(self.finished) >= min_take):
+                waiting = {g.job for g in self.groups if not g.job.done()}
+                if enough is not None and not enough.done():
+                    waiting.add(enough)
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if any(g.job.exception() for g in self.finished if not g.job.cancelled()):
+                    await self._fail()
+        except asyncio.CancelledError:
+            await asyncio.shield(self.aclose())
+            raise
+        taken, self.finished = self.finished[:b], self.finished[b:]
+        for g in taken:
+            self.groups.remove(g)
+            self.free.extend(g.envs)
+        for g in self.groups:
+            g.carried += 1
+        self.last_taken = [g.task for g in taken]
+        episodes = finish_episodes([r for g in taken for r in g.runs], stats, t_start)
+        stats.episodes = len(episodes)
+        stats.time_generate = self.engine.busy_s - busy0
+        stats.generate_calls = self.engine.calls - calls0
+        stats.generate_requests = self.engine.requests - requests0
+        stats.time_env = max(self.player.env_clock.busy - env0 - stats.time_reward, 0.0)
+        stats.extra_metrics = self._metrics(taken, b)
+        return episodes, stats
+
+    def _metrics(self, taken: list[_Group], b: int) -> dict[str, float]:
+        def tokens_per_episode(groups):
+            eps = [r for g in groups for r in g.runs]
+            return sum(sum(r.mask) for r in eps) / len(eps) if eps else 0.0
+
+        carried = [g for g in taken if g.carried]
+        return {"async/carried_groups": float(len(self.groups)),
+                "async/taken_carried": float(len(carried)),
+                "async/len_carried": tokens_per_episode(carried),
+                "async/len_uncarried": tokens_per_episode([g for g in taken if not g.carried]),
+                "async/fresh_short": float(b - len(taken))}
+
+    async def aclose(self) -> None:
+        """Cancel the groups in play (their engine requests are dropped with them)."""
+        for g in self.groups:
+            g.job.cancel()
+        await asyncio.gather(*(g.job for g in self.groups), return_exceptions=True)
+        self.groups = []

@@ -1,0 +1,104 @@
+"""Where a training step's episodes come from (phase 1) and how they become the update's
+fresh groups (phase 2); the loop (``loop.py``) calls these two.
+
+``StepRollouts`` picks the rollout ``cfg`` asks for: lock-step turns (``rollout.episodes``),
+each episode on its own (``async.enabled``: ``rollout.streaming``), or groups carried across
+steps (``async.oversample`` / ``async.replay_topup``: ``rollout.pool``). It owns the task
+sampler's position for checkpoints: a resume replays a rollout that was played ahead of its
+update (the sampler state from before it), or restarts the pool's untrained groups.
+
+``fresh_groups`` turns episodes into GRPO groups scored by the trainer (the ratio
+denominator and the replay state) and sends stale ones through the drift gate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from agentsearch.algorithms.grouping import episodes_to_groups, rescore
+from agentsearch.algorithms.staleness import gate_stale_groups, group_staleness
+from agentsearch.rollout import EventLoop, SamplingParams, arollout, derive_seed
+from agentsearch.rollout.engines import make_stream_engine
+from agentsearch.rollout.pool import GroupPool
+from agentsearch.rollout.streaming import astream_rollout
+from agentsearch.trainer.setup import TaskSampler
+from agentsearch.trainer.train_config import TrainConfig
+
+__all__ = ["StepRollouts", "fresh_groups"]
+
+
+class StepRollouts:
+    """``of(step)``: the coroutine that plays step ``step``'s episodes; ``stream`` (the
+    streaming engine, if any) and ``pool`` (if any) are closed with ``events``."""
+
+    def __init__(self, cfg: TrainConfig, envs: list, backend, sampler: TaskSampler, events: EventLoop,
+                 state: dict):
+        self.cfg, self.envs, self.backend, self.sampler = cfg, envs, backend, sampler
+        self.sampling = SamplingParams(max_new_tokens=cfg.generation.max_new_tokens,
+                                       temperature=cfg.generation.temperature, top_p=cfg.generation.top_p)
+        a = cfg.async_
+        self.stream = make_stream_engine(backend, max_batch=a.max_batch, max_wait_s=a.max_wait_s) \
+            if a.enabled else None
+        self.pool = None
+        if a.oversample or a.replay_topup:
+            self.pool = GroupPool(envs, self.stream, replace(self.sampling, seed=derive_seed(cfg.seed, "pool")),
+                                  group_size=cfg.group_size, in_flight=cfg.prompts_per_step + a.oversample,
+                                  sample=sampler.sample, seed=derive_seed(cfg.seed, "pool", "reset"),
+                                  max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len)
+            self.pool.load_state_dict(state.get("pool", {"serial": 0, "tasks": []}))
+        events.own(self.stream, self.pool)
+        self._sampler_before = sampler.state_dict()
+
+    @property
+    def version(self) -> int:
+        """The weight version the generation engine holds (bumped by each sync)."""
+        return self.stream.version if self.stream else 0
+
+    def of(self, step: int, learned=None):
+        """Step ``step``'s rollout; ``learned`` (a future, done when the update beside this
+        rollout is) lets the pool stop waiting and leave the rest to replay (top-up)."""
+        cfg = self.cfg
+        if self.pool:
+            return self.pool.take(cfg.prompts_per_step, enough=learned if cfg.async_.replay_topup else None,
+                                  min_take=math.ceil(cfg.prompts_per_step / 2))
+        self._sampler_before = self.sampler.state_dict()
+        tasks = self.sampler.sample(cfg.prompts_per_step)
+        params = replace(self.sampling, seed=derive_seed(cfg.seed, step))  # the rollout derives each turn's
+        kw = dict(n_per_task=cfg.group_size, max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len,
+                  seed=derive_seed(cfg.seed, step, "reset"))
+        if self.stream:
+            return astream_rollout(self.envs, tasks, self.stream, params, **kw)
+        return arollout(self.envs, tasks, self.backend, params, **kw)
+
+    def sync(self, model) -> None:
+        """New weights to the engine (the stream engine tags later turns with the new version)."""
+        engine = self.stream or self.backend
+        if hasattr(engine, "sync"):
+            engine.sync(model)
+
+    def metrics(self) -> dict[str, float]:
+        return {"async/restarts": float(getattr(self.stream, "restarts", 0))} if self.stream else {}
+
+    def state_dict(self, *, ahead: bool) -> dict:
+        """For a checkpoint taken while a rollout played ahead is untrained (``ahead``) or not."""
+        if self.pool:
+            return {"sampler": self.sampler.state_dict(), "pool": self.pool.state_dict(last_take_trained=not ahead)}
+        return {"sampler": self._sampler_before if ahead else self.sampler.state_dict()}
+
+
+def fresh_groups(cfg: TrainConfig, episodes: list, step: int, version: int, tok, score_fn):
+    """The step's groups (``gen_logprobs`` rescored by the trainer), the ones the update takes
+    with their importance weights (None: generated by the current weights) and the metrics."""
+    fresh, metrics = episodes_to_groups(episodes, cfg.group_size, step, pad_id=tok.pad_token_id,
+                                        advantage_scale=cfg.advantage_scale, overlong=cfg.overlong_shaping(),
+                                        pixel_fn=getattr(tok, "pixel_values", None))
+    behaviour = [g.gen_logprobs.clone() for g in fresh]  # the engine's, for stale groups
+    metrics.update(rescore(fresh, score_fn))
+    n = cfg.group_size
+    staleness = [group_staleness([[t.get("version") for t in e.info["turns"]] for e in episodes[i * n:(i + 1) * n]],
+                                 version) for i in range(len(fresh))]
+    used, weights, smetrics = gate_stale_groups(fresh, behaviour, staleness, tau=cfg.replay.tau, cap=cfg.async_.is_cap)
+    if cfg.async_.enabled:
+        metrics.update(smetrics)
+    return fresh, used, weights, metrics
