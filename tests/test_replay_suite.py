@@ -82,8 +82,10 @@ def test_methods_groups_steps_latency_and_overrides(tmp_path):
     assert specs[0].run == tmp_path / "search_r1" / "search_r1_equivalent-s0" and budget["latency"] == "none"
     assert specs[2].overrides[-2:] == ["async.enabled=true", "async.max_staleness=1"]
     specs, _ = suite.resolve(suite_args(tmp_path, methods="async", seeds=[0]))
-    assert [s.name for s in specs] == ["hdr-s0", "hdr_streaming-s0", "hdr_overlap-s0"]
+    assert [s.name for s in specs] == ["hdr-s0", "hdr_streaming-s0", "hdr_overlap-s0", "hdr_oversample-s0",
+                                       "hdr_topup-s0"]
     assert "async.max_staleness=1" in specs[2].overrides and "async.enabled=true" not in specs[0].overrides
+    assert "async.oversample=2" in specs[3].overrides and "async.replay_topup=true" in specs[4].overrides
 
 
 def test_dry_run_lists_runs_and_skips_finished_ones(tmp_path):

@@ -46,7 +46,8 @@ class ReplayStrategy(Protocol):
         ...
 
     def select(self, score_fn: ScoreFn | None, step: int, *, extra: int = 0) -> Selection:
-        """Choose groups to replay at ``step``, before the update (``extra`` more than usual)."""
+        """Choose groups to replay at ``step``, before the update (``extra`` more than usual:
+        the trainer passes it only when it is > 0, so a strategy without top-up may omit it)."""
         ...
 
     def metrics(self) -> dict[str, float]:

@@ -184,7 +184,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
             # 3. replay_scan: choose stored groups (only those stored before this step)
             with timer.phase("replay_scan"):  # (plus the slots the fresh groups left empty: top-up)
                 short = int(rstats.extra_metrics.get("async/fresh_short", 0))
-                selection = replay.select(score_fn, step, extra=short)
+                selection = replay.select(score_fn, step, extra=short) if short else replay.select(score_fn, step)
             # 4. update on fresh + replayed groups
             with timer.phase("update"):
                 weight_of = {id(g): w for g, w in zip(used, weights)}

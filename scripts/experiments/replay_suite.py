@@ -21,7 +21,10 @@ per step (``prompts_per_step``; 8 in ``tiny``) and k its replay budget (``replay
 
 - the asynchronous rollout (``--methods async``: ``hdr`` beside its variants): ``hdr_streaming``
   (``async.enabled=true``: every episode on its own, no turn barrier) and ``hdr_overlap``
-  (also ``async.max_staleness=1``: the next step's rollout runs while this step updates).
+  (also ``async.max_staleness=1``: the next step's rollout runs while this step updates);
+  ``hdr_oversample`` (also ``async.oversample=b/4``: b + b/4 groups in play, the first b to
+  finish train, the rest are carried) and ``hdr_topup`` (also ``async.replay_topup=true``: a
+  batch short of fresh groups when the update is done is filled with gated replay).
 
 Methods are compared on ``time/train_cumulative`` (training seconds; evaluation and
 checkpoints excluded), with the search-latency profile ``--latency lognormal:0.2`` (log-normal,
@@ -76,7 +79,7 @@ GSPO = ["loss=gspo", "clip_low=3e-4", "clip_high=4e-4"]
 CISPO = ["loss=cispo"]
 REPLAY = ["on_policy", "on_policy_larger", "naive", "recency", "headroom_only", "drift_only", "hdr"]
 LOSSES = ["gspo_on_policy", "gspo_hdr", "cispo_on_policy", "cispo_hdr", "dapo_on_policy", "dapo_hdr"]
-ASYNC = ["hdr_streaming", "hdr_overlap"]
+ASYNC = ["hdr_streaming", "hdr_overlap", "hdr_oversample", "hdr_topup"]
 SEARCH_R1 = {"search_r1_equivalent": "search-r1-equivalent", "full_stack": "full-stack",
              "full_stack_async": "full-stack"}
 SEARCH_R1_OVERRIDES = {"full_stack_async": ["async.enabled=true", "async.max_staleness=1"]}
@@ -112,6 +115,10 @@ def method_overrides(method: str, b: int, budget: int) -> list[str]:
         "dapo_on_policy": ["replay.kind=none", *dapo], "dapo_hdr": ["replay.kind=hdr", *dapo],
         "hdr_streaming": ["replay.kind=hdr", "async.enabled=true"],
         "hdr_overlap": ["replay.kind=hdr", "async.enabled=true", "async.max_staleness=1"],
+        "hdr_oversample": ["replay.kind=hdr", "async.enabled=true", "async.max_staleness=1",
+                           f"async.oversample={max(1, b // 4)}"],
+        "hdr_topup": ["replay.kind=hdr", "async.enabled=true", "async.max_staleness=1",
+                      f"async.oversample={max(1, b // 4)}", "async.replay_topup=true"],
     }
     return table[method]
 
