@@ -262,10 +262,14 @@ def main(argv: list[str] | None = None) -> int:
     if a.command == "index" and not a.index_command:
         parser.parse_args(["index", "--help"])
     from agentsearch.core.config import ConfigError
+    from agentsearch.core.reliability import OutageError
     from agentsearch.retrievers.base import RetrieverError
 
     try:
         return a.fn(a) or 0
+    except OutageError as e:  # the trainer checkpointed before it stopped
+        print(f"agentsearch {a.command}: stopped: {e}", file=sys.stderr)
+        return 3
     except (ConfigError, FileNotFoundError, FileExistsError, RetrieverError) as e:
         print(f"agentsearch {a.command}: error: {e}", file=sys.stderr)
         return 2

@@ -34,6 +34,8 @@ def test_async_section_is_keyed_async_everywhere(tmp_path):
     (["async.oversample=-1"], "oversample=-1 must be >= 0"),
     (["async.enabled=true", "async.oversample=2"], "carry groups across an update"),
     (["async.enabled=true", "async.replay_topup=true"], "carry groups across an update"),
+    (["async.enabled=true", "async.max_staleness=1", "async.oversample=1", "generation.backend=vllm"],
+     "not built with generation.backend=vllm"),
 ])
 def test_bad_async_settings_are_clear_errors(overrides, msg):
     with pytest.raises(ConfigError, match=msg):

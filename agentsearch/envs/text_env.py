@@ -54,10 +54,11 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.spaces import Text
 
+from agentsearch.core.reliability import OutageError, call_until_up
 from agentsearch.envs.parsing import JsonToolParser, SearchR1Parser, TagParser, Turn
 from agentsearch.envs.rewards import AnswerScore, step_rewards
 from agentsearch.envs.templates import ChatFormat, cut_to_tokens
-from agentsearch.envs.tools.protocol import Tool, load_tools, tag_argument, tool_schema
+from agentsearch.envs.tools.protocol import Tool, call_once, load_tools, tag_argument, tool_schema
 
 __all__ = ["TextEnv", "TextEnvConfig", "UnicodeText", "observation_text", "run_sync"]
 
@@ -358,12 +359,15 @@ class TextEnv(gym.Env, abc.ABC):
         return self.chat.close_turn(action) + self.chat.continuation(
             [{"role": "user", "content": msg}], tools=self.tool_schemas())
 
-    async def _call_tool(self, name: str, arguments: dict) -> tuple[str, float, str | None]:
+    async def _call_tool(self, name: str, arguments: dict, counts: dict) -> tuple[str, float, str | None]:
         tool = self.tools[name]
         t0 = time.perf_counter()
         try:
-            out = await asyncio.wait_for(tool(**arguments), timeout=tool.timeout_s)
+            out = await call_until_up(lambda: call_once(tool, arguments), f"tool {name!r}",
+                                      counts)  # an infra error (a dead server) waits: it is no answer
             out, err = ("" if out is None else str(out)), None
+        except OutageError:
+            raise  # the run stops: never an observation
         except TimeoutError:
             out = err = f"Error: {name} timed out after {tool.timeout_s:g} s"
         except Exception as e:  # noqa: BLE001 - any tool failure becomes an observation
@@ -377,9 +381,10 @@ class TextEnv(gym.Env, abc.ABC):
         return out, latency, err
 
     async def _run_tools(self, action: str, turn: Turn, info: dict) -> str:
-        results = await asyncio.gather(*(self._call_tool(c.name, c.arguments) for c in turn.calls))
+        counts = {"infra_errors": 0}
+        results = await asyncio.gather(*(self._call_tool(c.name, c.arguments, counts) for c in turn.calls))
         errors = [e for _, _, e in results if e]
-        info.update(tool=",".join(c.name for c in turn.calls), tool_calls=len(turn.calls),
+        info.update(tool=",".join(c.name for c in turn.calls), tool_calls=len(turn.calls), **counts,
                     tool_latency_s=max(lat for _, lat, _ in results), tool_error=bool(errors),
                     error="; ".join(errors) if errors else None)
         if self.config.turn_format == "tags":

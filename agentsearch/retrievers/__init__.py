@@ -21,12 +21,13 @@ from agentsearch.retrievers.base import (
     Hit,
     Retriever,
     RetrieverError,
+    RetrieverUnavailable,
     SyncRetrieverMixin,
     format_hits,
     register_retriever,
 )
 
-__all__ = ["Hit", "Retriever", "RetrieverError", "SyncRetrieverMixin", "format_hits", "REGISTRY",
+__all__ = ["Hit", "Retriever", "RetrieverError", "RetrieverUnavailable", "SyncRetrieverMixin", "format_hits", "REGISTRY",
            "register_retriever", "KINDS", "build_index", "load_retriever", "world_index",
            "MicroBatcher", "BatchingRetriever", "HybridRetriever", "RemoteRetriever",
            "probe_service", "serve_in_thread", "create_app", "adopt_faiss", "adopt_lucene"]

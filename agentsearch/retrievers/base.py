@@ -12,11 +12,19 @@ import asyncio
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Hit", "Retriever", "RetrieverError", "format_hits", "REGISTRY", "register_retriever"]
+from agentsearch.core.reliability import InfraError
+
+__all__ = ["Hit", "Retriever", "RetrieverError", "RetrieverUnavailable", "format_hits", "REGISTRY",
+           "register_retriever"]
 
 
 class RetrieverError(RuntimeError):
     """Search failed for a reason the caller can report (dead server, bad index, ...)."""
+
+
+class RetrieverUnavailable(RetrieverError, InfraError):
+    """The retrieval service could not be reached or kept failing (connection refused,
+    timeouts, 5xx): an infrastructure failure, which envs wait out instead of answering."""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ fast: the server scores a batch for little more than the cost of one query.
 
 Failures: each request has a ``timeout``; connection errors, timeouts and 5xx/429 answers
 are retried ``retries`` times with exponential backoff and jitter; after the last attempt
-the callers get a ``RetrieverError`` naming the server and the last cause. Other 4xx
+the callers get a ``RetrieverUnavailable`` (a ``RetrieverError`` and an infrastructure error,
+``core.reliability``: envs wait it out instead of showing it to the policy) naming the server
+and the last cause. Other 4xx
 answers (a request the server will never accept) raise ``RetrieverError`` at once with the
 server's message. Arguments the server would refuse are caught here first: ``k`` above
 ``max_topk`` is a ``ValueError`` for that caller only, and queries are cut to
@@ -35,7 +37,7 @@ import time
 from collections import OrderedDict
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-from agentsearch.retrievers.base import Hit, RetrieverError
+from agentsearch.retrievers.base import Hit, RetrieverError, RetrieverUnavailable
 from agentsearch.retrievers.batching import MicroBatcher
 
 __all__ = ["RemoteRetriever", "URL_OPTIONS", "split_url_options", "probe_service"]
@@ -199,8 +201,8 @@ class RemoteRetriever:
     def _payload(self, queries: list[str], k: int) -> dict:
         return {"queries": queries, "topk": k, "return_scores": True}
 
-    def _give_up(self, attempts: int, last: str) -> RetrieverError:
-        return RetrieverError(f"retrieval server {self.url} failed {attempts} times; last: {last}. "
+    def _give_up(self, attempts: int, last: str) -> RetrieverUnavailable:
+        return RetrieverUnavailable(f"retrieval server {self.url} failed {attempts} times; last: {last}. "
                               "Is `agentsearch serve` running there?")
 
     def _delay(self, attempt: int) -> float:

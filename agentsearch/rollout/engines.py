@@ -26,6 +26,7 @@ import inspect
 import itertools
 import threading
 import time
+from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
@@ -45,7 +46,7 @@ class _Request:
     since: float
 
 
-class StreamEngine:
+class StreamEngine(ABC):
     """What the streaming rollout needs of an engine: ``generate`` one turn, the demand
     (``expect``/``episode_done``/``in_env``: how many episodes could still ask), counters
     (``busy_s``, ``calls``, ``requests``) and the weight ``version``."""
@@ -90,7 +91,8 @@ class StreamEngine:
         return loop
 
     def _rebind(self) -> None:
-        """Loop-bound state made afresh for a new loop."""
+        """Loop-bound state made afresh for a new loop (a hook: none by default)."""
+        return None
 
     def _ensure_driver(self) -> None:
         if self._driver is None or self._driver.done():
@@ -103,17 +105,21 @@ class StreamEngine:
             self._fail_all(e if isinstance(e, Exception) else RuntimeError(f"generation driver stopped: {e!r}"))
             raise
 
+    @abstractmethod
     async def _drive(self) -> None:
-        raise NotImplementedError
+        """Serve the waiting requests until there are none (runs as the driver task)."""
 
+    @abstractmethod
     def _fail_all(self, error: Exception) -> None:
-        raise NotImplementedError
+        """Fail every waiting and in-flight request with ``error``."""
 
     def _poke(self) -> None:
-        pass
+        """The demand changed (a hook: the micro-batcher may take its batch now)."""
+        return None
 
+    @abstractmethod
     async def generate(self, ids: list[int], params: SamplingParams, images: list | None = None) -> Generation:
-        raise NotImplementedError
+        """One turn for ``ids``, tagged with the weight version that generated it."""
 
     def sync(self, model) -> None:
         """New weights, also while turns are in flight (e.g. from the trainer's thread while a
@@ -127,7 +133,8 @@ class StreamEngine:
             self._synced()
 
     def _synced(self) -> None:
-        """Called under the lock right after a sync."""
+        """Called under the lock right after a sync (a hook: nothing by default)."""
+        return None
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)  # the thread (and its OpenMP team) gone before we go on

@@ -44,7 +44,7 @@ class Episode:
     truncated: bool
     num_turns: int
     info: dict = field(default_factory=dict)
-    """question, golden_answers, answer, tool_calls, tool_errors, malformed_turns,
+    """question, golden_answers, answer, tool_calls, tool_errors, infra_errors, malformed_turns,
     truncated_by, turns (per turn: finish_reason, new_tokens, obs_tokens, tool,
     tool_latency_s, error, env_s), images (observation images, if any)."""
 
@@ -69,6 +69,8 @@ class RolloutStats:
     turns: int = 0
     tool_calls: int = 0
     tool_errors: int = 0
+    infra_errors: int = 0
+    """Infrastructure errors its tool calls waited out (``core.reliability``); none reached an episode."""
     malformed_turns: int = 0
     truncated: int = 0
     answer_correct: float = 0.0
@@ -88,6 +90,7 @@ class RolloutStats:
                "rollout/turns_mean": self.turns / n, "rollout/tool_calls": float(self.tool_calls),
                "rollout/tool_errors": float(self.tool_errors),
                "rollout/tool_error_rate": self.tool_errors / max(self.tool_calls, 1),
+               "rollout/infra_errors": float(self.infra_errors),
                "rollout/malformed_turn_rate": self.malformed_turns / max(self.turns, 1),
                "rollout/truncated_frac": self.truncated / n,
                "rollout/answer_correct": self.answer_correct, "reward/total": self.reward_mean}
@@ -166,6 +169,7 @@ async def step_env(r: EpisodeState, action: str):
                 error=info.get("error"), env_s=env_s)
     r.info["tool_calls"] += int(info.get("tool_calls", 0))
     r.info["tool_errors"] += int(bool(info.get("tool_error")))
+    r.info["infra_errors"] += int(info.get("infra_errors", 0))
     r.info["malformed_turns"] += int(bool(info.get("malformed")))
     if info.get("answer") is not None:
         r.info["answer"] = info["answer"]
@@ -187,6 +191,7 @@ def _finish(r: EpisodeState, stats: RolloutStats) -> Episode:
     stats.turns += r.turns
     stats.tool_calls += r.info["tool_calls"]
     stats.tool_errors += r.info["tool_errors"]
+    stats.infra_errors += r.info["infra_errors"]
     stats.malformed_turns += r.info["malformed_turns"]
     stats.truncated += int(r.truncated)
     comps = {"reward/answer": 0.0, "reward/format": 0.0, **r.rewards}
@@ -214,7 +219,7 @@ def start_episodes(envs_or_factory, tasks: list[dict], tok, params: SamplingPara
         task = tasks[i // n_per_task]
         obs, info = env.reset(seed=None if seed is None else derive_seed(seed, i), options={"task": task})
         prompts.append(observation_text(obs))
-        info = {**info, "turns": [], "answer": None, "tool_calls": 0, "tool_errors": 0,
+        info = {**info, "turns": [], "answer": None, "tool_calls": 0, "tool_errors": 0, "infra_errors": 0,
                 "malformed_turns": 0, "truncated_by": None}
         if isinstance(obs, dict) and obs.get("images"):
             info["images"] = list(obs["images"])

@@ -42,6 +42,7 @@ from agentsearch.algorithms.optim import make_optimizer
 from agentsearch.algorithms.update import policy_update, rows_of
 from agentsearch.core.config import ConfigError, apply_overrides, dump, to_dict
 from agentsearch.core.progress import Progress
+from agentsearch.core.reliability import OutageError, outages
 from agentsearch.models.logprobs import make_score_fn, token_logprobs
 from agentsearch.models.lora import count_parameters, frozen_reference, reference_policy
 from agentsearch.rollout import EventLoop
@@ -91,6 +92,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
     seed_everything(cfg.seed)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    outages.configure(budget_s=cfg.reliability.outage_budget_s, warn_every_s=cfg.reliability.warn_every_s)
 
     # --- policy, optimizer, replay, generation engine, environments
     model, tok = build_policy(cfg)
@@ -160,17 +162,29 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
         for phase in ("generate", "env", "reward"):
             timer.add(phase, rstats.metrics()[f"time/{phase}"])
 
+    def checkpoint(at: int) -> None:
+        with timer.phase("checkpoint"):
+            state.update(train_cumulative=timer.train_cumulative + timer.pending_train_time(),
+                         health=health.state_dict(), **rollouts.state_dict())
+            save_checkpoint(run_dir, at, model=model, optimizer=optimizer, scheduler=scheduler,
+                            replay=replay, state=state)
+
     overlap = cfg.async_.max_staleness >= 1  # the next step's rollout runs while this step updates
     learner = worker_thread("agentsearch-train") if overlap else None
     events.own(learner)
-    ahead = None
+    ahead = outage = None  # outage: an infra outage past its budget stops the run after a checkpoint
     if rng is not None:  # last: building the engine reseeds (vLLM seeds python/numpy/torch at start)
         set_rng_state(rng)
     while step < cfg.steps:
-        step += 1
+        step, outage_s = step + 1, outages.outage_seconds()
         # 1. generate + env + reward: all episodes of the step in one rollout (or the one played ahead)
         if ahead is None:
-            episodes, rstats = events.run(rollouts.of(step))
+            played = events.run(rollouts.of(step))
+            if isinstance(played, OutageError):  # nothing of this step happened: keep the last one
+                if step > 1:
+                    checkpoint(step - 1)
+                raise played
+            episodes, rstats = played
             account(rstats)
         else:
             (episodes, rstats), ahead = ahead, None
@@ -203,9 +217,13 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
 
         if overlap and step < cfg.steps:
             ahead, lmetrics = events.run_beside(partial(rollouts.of, step + 1), learn, learner)
-            account(ahead[1])
+            if isinstance(ahead, OutageError):  # this step finishes (logged, checkpointed), then stop
+                outage, ahead = ahead, None
+            else:
+                account(ahead[1])
         else:
             lmetrics = learn()
+        rollouts.trained()
         tmetrics = lmetrics
         if tmetrics.get("train/nonfinite"):
             state["nonfinite_steps"] += 1
@@ -214,6 +232,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
         # 7. metrics, eval and checkpoint (the last two excluded from training time)
         metrics = {**rstats.metrics(), **lmetrics, **replay.metrics(), **rollouts.metrics(),
                    "train/nonfinite_steps": float(state["nonfinite_steps"]),
+                   "health/infra_outage_s": outages.outage_seconds() - outage_s,
                    "tokens/generated": float(rstats.tokens_generated),
                    "tokens/scored": scored["tokens"],
                    "tokens/trained": tmetrics.get("train/tokens", 0.0)}
@@ -222,18 +241,19 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
         for w in warnings:
             log.warning("step %d: %s", step, w)
         if (cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps:
-            last = run_eval()
-            metrics.update(last)
-        if step % cfg.checkpoint_every == 0 or step == cfg.steps:
-            with timer.phase("checkpoint"):
-                state.update(train_cumulative=timer.train_cumulative + timer.pending_train_time(),
-                             health=health.state_dict(), **rollouts.state_dict(ahead=ahead is not None))
-                save_checkpoint(run_dir, step, model=model, optimizer=optimizer, scheduler=scheduler,
-                                replay=replay, state=state)
+            try:
+                last = run_eval()
+                metrics.update(last)
+            except OutageError as e:  # an eval that met an outage is no score
+                outage, metrics["eval/invalid"] = outage or e, 1.0
+        if step % cfg.checkpoint_every == 0 or step == cfg.steps or outage:
+            checkpoint(step)
         metrics.update(timer.end_step())
         logger.log(step, metrics)
         scored["tokens"] = 0.0
         progress.update(step, progress_line(metrics, last), force="eval/mean_at_n" in metrics)
+        if outage:
+            raise outage
     progress.close()
     save_final(model, tok, run_dir / "final")
     logger.close()

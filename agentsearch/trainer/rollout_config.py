@@ -1,12 +1,13 @@
 """The rollout's sections of ``TrainConfig``: how to sample (``generation``), modelled tool
-latency (``tool_latency``) and the streaming rollout (``async``)."""
+latency (``tool_latency``), the streaming rollout (``async``) and infrastructure outages
+(``reliability``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["SamplingConfig", "ToolLatency", "AsyncConfig"]
+__all__ = ["SamplingConfig", "ToolLatency", "AsyncConfig", "ReliabilityConfig"]
 
 
 @dataclass
@@ -64,8 +65,10 @@ class AsyncConfig:
     is_cap: float = 2.0
     """Truncation C of the decoupled objective's importance weight ``pi_prox / pi_behav``."""
     tool_timeout_s: float | None = None
-    """Seconds any one tool call may take (an error observation after; the episode goes on);
-    None = each tool's own ``timeout_s``."""
+    """Seconds any one tool call may take; None = each tool's own ``timeout_s``. Past it the
+    call is an error observation (the episode goes on), except for tools that wait on a
+    service (``timeouts_are_infra``: the search tool), whose timeouts are infrastructure
+    errors, waited out (``reliability``)."""
     max_batch: int = 256
     """HF micro-batcher: most turns generated in one call."""
     max_wait_s: float = 0.05
@@ -86,6 +89,9 @@ class AsyncConfig:
         elif (self.oversample or self.replay_topup) and self.max_staleness < 1:
             out.append("async.oversample and async.replay_topup carry groups across an update: set "
                        "async.enabled=true async.max_staleness=1")
+        elif (self.oversample or self.replay_topup) and backend == "vllm":
+            out.append("async.oversample and async.replay_topup are not built with generation.backend=vllm: "
+                       "groups still in play at an eval would share the vLLM engine with it; use hf")
         if self.is_cap < 1:
             out.append(f"async.is_cap={self.is_cap} must be >= 1")
         if self.tool_timeout_s is not None and self.tool_timeout_s <= 0:
@@ -95,3 +101,22 @@ class AsyncConfig:
         if self.enabled and backend not in ("hf", "vllm"):
             out.append(f"async.enabled with generation.backend={backend}: only hf and vllm stream")
         return out
+
+
+@dataclass
+class ReliabilityConfig:
+    """Infrastructure failures (``core/reliability.py``): a tool that raises ``InfraError`` (the
+    retrieval server down, timing out, answering 5xx) is not answered; its episode waits and
+    the call is made again, so no episode, score or replay group ever holds such a failure."""
+
+    outage_budget_s: float = 600.0
+    """Seconds an outage may last; past them the run checkpoints and stops (exit code 3;
+    ``--resume`` continues once the service is back)."""
+    warn_every_s: float = 30.0
+    """At most one "still failing" line per this many seconds (the first error always warns)."""
+
+    def problems(self) -> list[str]:
+        if self.outage_budget_s < 0 or self.warn_every_s <= 0:
+            return [f"reliability.outage_budget_s={self.outage_budget_s} must be >= 0 and "
+                    f"reliability.warn_every_s={self.warn_every_s} > 0"]
+        return []

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from agentsearch.algorithms.grouping import episodes_to_groups, rescore
 from agentsearch.algorithms.staleness import gate_stale_groups, group_staleness
+from agentsearch.core.reliability import OutageError
 from agentsearch.rollout import EventLoop, SamplingParams, arollout, derive_seed
 from agentsearch.rollout.engines import make_stream_engine
 from agentsearch.rollout.pool import GroupPool
@@ -49,6 +50,8 @@ class StepRollouts:
             self.pool.load_state_dict(state.get("pool", {"serial": 0, "tasks": []}))
         events.own(self.stream, self.pool)
         self._sampler_before = sampler.state_dict()
+        self.untrained = 0  # rollouts played and not yet trained (1: the step played ahead)
+        self.failed = False  # the last rollout stopped on an outage (its tasks were sampled)
 
     @property
     def version(self) -> int:
@@ -56,8 +59,26 @@ class StepRollouts:
         return self.stream.version if self.stream else 0
 
     def of(self, step: int, learned=None):
-        """Step ``step``'s rollout; ``learned`` (a future, done when the update beside this
-        rollout is) lets the pool stop waiting and leave the rest to replay (top-up)."""
+        """Step ``step``'s rollout: ``(episodes, stats)``, or the ``OutageError`` that stopped it
+        (returned, not raised, so the update beside it still finishes and is logged);
+        ``learned`` (a future, done when the update beside this rollout is) lets the pool stop
+        waiting and leave the rest to replay (top-up)."""
+        return self._guard(self._rollout(step, learned))
+
+    async def _guard(self, coro):
+        try:
+            out = await coro
+        except OutageError as e:
+            self.failed = True
+            return e
+        self.untrained += 1
+        return out
+
+    def trained(self) -> None:
+        """The update took the oldest untrained rollout."""
+        self.untrained -= 1
+
+    def _rollout(self, step: int, learned):
         cfg = self.cfg
         if self.pool:
             return self.pool.take(cfg.prompts_per_step, enough=learned if cfg.async_.replay_topup else None,
@@ -80,11 +101,14 @@ class StepRollouts:
     def metrics(self) -> dict[str, float]:
         return {"async/restarts": float(getattr(self.stream, "restarts", 0))} if self.stream else {}
 
-    def state_dict(self, *, ahead: bool) -> dict:
-        """For a checkpoint taken while a rollout played ahead is untrained (``ahead``) or not."""
+    def state_dict(self) -> dict:
+        """For a checkpoint: a resume plays again a rollout that was played ahead (or stopped
+        by an outage), from the sampler state before it; the pool restarts its groups in play
+        (those an outage stopped are not kept: their tasks are skipped)."""
         if self.pool:
-            return {"sampler": self.sampler.state_dict(), "pool": self.pool.state_dict(last_take_trained=not ahead)}
-        return {"sampler": self._sampler_before if ahead else self.sampler.state_dict()}
+            return {"sampler": self.sampler.state_dict(),
+                    "pool": self.pool.state_dict(last_take_trained=self.untrained == 0)}
+        return {"sampler": self._sampler_before if self.untrained or self.failed else self.sampler.state_dict()}
 
 
 def fresh_groups(cfg: TrainConfig, episodes: list, step: int, version: int, tok, score_fn):
@@ -93,11 +117,11 @@ def fresh_groups(cfg: TrainConfig, episodes: list, step: int, version: int, tok,
     fresh, metrics = episodes_to_groups(episodes, cfg.group_size, step, pad_id=tok.pad_token_id,
                                         advantage_scale=cfg.advantage_scale, overlong=cfg.overlong_shaping(),
                                         pixel_fn=getattr(tok, "pixel_values", None))
-    behaviour = [g.gen_logprobs.clone() for g in fresh]  # the engine's, for stale groups
-    metrics.update(rescore(fresh, score_fn))
     n = cfg.group_size
     staleness = [group_staleness([[t.get("version") for t in e.info["turns"]] for e in episodes[i * n:(i + 1) * n]],
                                  version) for i in range(len(fresh))]
+    behaviour = [g.gen_logprobs.clone() if s else None for g, s in zip(fresh, staleness)]  # the engine's
+    metrics.update(rescore(fresh, score_fn))
     used, weights, smetrics = gate_stale_groups(fresh, behaviour, staleness, tau=cfg.replay.tau, cap=cfg.async_.is_cap)
     if cfg.async_.enabled:
         metrics.update(smetrics)

@@ -12,10 +12,15 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from agentsearch.core.config import ConfigError
-from agentsearch.trainer.rollout_config import AsyncConfig, SamplingConfig, ToolLatency
+from agentsearch.trainer.rollout_config import (
+    AsyncConfig,
+    ReliabilityConfig,
+    SamplingConfig,
+    ToolLatency,
+)
 
 __all__ = ["TrainConfig", "ReplayConfig", "LoraSettings", "SFTConfig", "EvalConfig",
-           "ToolLatency", "SamplingConfig", "AsyncConfig"]
+           "ToolLatency", "SamplingConfig", "AsyncConfig", "ReliabilityConfig"]
 
 
 @dataclass
@@ -194,6 +199,7 @@ class TrainConfig:
     tool_latency: ToolLatency = field(default_factory=ToolLatency)
     async_: AsyncConfig = field(default_factory=AsyncConfig)
     """Streaming rollout (``async.*`` in presets and overrides: ``async`` is a Python keyword)."""
+    reliability: ReliabilityConfig = field(default_factory=ReliabilityConfig)
     # --- loss
     loss: str = "grpo"
     """A registered loss: token-level clipped surrogate (``grpo``, GRPO/DAPO), sequence-level
@@ -326,7 +332,7 @@ class TrainConfig:
             problems.append(f"overlong_buffer={self.overlong_buffer} exceeds the policy-token budget "
                             f"{self.response_budget}, so even an empty response would be penalised: "
                             "lower overlong_buffer or raise max_response_tokens")
-        problems += self.async_.problems(self.generation.backend)
+        problems += self.async_.problems(self.generation.backend) + self.reliability.problems()
         if self.async_.max_staleness >= 1 and self.loss == "gspo":
             problems.append("async.max_staleness=1 with loss=gspo: the decoupled objective weights "
                             "tokens, GSPO's ratio is per sequence; use grpo or cispo")

@@ -20,6 +20,7 @@ class LatencyTool:
         self.tool, self.profile = tool, profile
         self.name, self.description = tool.name, tool.description
         self.parameters, self.timeout_s = tool.parameters, tool.timeout_s + 10 * profile.mean_s
+        self.timeouts_are_infra = getattr(tool, "timeouts_are_infra", False)
         self._rng = random.Random(seed)
 
     def delay(self) -> float:

@@ -43,12 +43,15 @@ or skips packaging and passes a path: ``tools=["my_module:WeatherTool"]``. A cus
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 from functools import lru_cache
 from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Tool", "load_tool", "load_tools", "available_tools", "tool_schema", "tag_argument",
+from agentsearch.core.reliability import InfraError
+
+__all__ = ["Tool", "call_once", "load_tool", "load_tools", "available_tools", "tool_schema", "tag_argument",
            "ENTRY_POINT_GROUP"]
 
 ENTRY_POINT_GROUP = "agentsearch.tools"
@@ -69,6 +72,19 @@ class Tool(Protocol):
     timeout_s: float
 
     async def __call__(self, **arguments: Any) -> str: ...
+
+
+async def call_once(tool: Tool, arguments: dict) -> Any:
+    """One call of ``tool`` under its ``timeout_s``. A timeout is the policy's failure
+    (``TimeoutError``: its code loops, its request is too big) unless the tool sets
+    ``timeouts_are_infra = True`` (it waits on a service: the search tool), then it is an
+    ``InfraError``, waited out like a dead server (``core.reliability``)."""
+    try:
+        return await asyncio.wait_for(tool(**arguments), timeout=tool.timeout_s)
+    except TimeoutError as e:
+        if getattr(tool, "timeouts_are_infra", False):
+            raise InfraError(f"{tool.name} timed out after {tool.timeout_s:g} s") from e
+        raise
 
 
 def tool_schema(tool: Tool) -> dict:

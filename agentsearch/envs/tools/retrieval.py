@@ -53,6 +53,7 @@ class SearchTool:
     """
 
     name = "search"
+    timeouts_are_infra = True  # a search that times out is the retriever's failure, not the policy's
     description = "Search the encyclopedia. Returns the most relevant passages for a query."
     parameters = {"type": "object",
                   "properties": {"query": {"type": "string", "description": "the search query"}},
