@@ -20,6 +20,7 @@ once the service is back). Counters: ``errors`` (infra errors seen) and ``outage
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import random
@@ -104,8 +105,6 @@ async def call_until_up(call: Callable[[], Awaitable[Any]], what: str, counts: d
     """``await call()``; an ``InfraError`` is not an answer: wait (``outages``' backoff) and
     call again until it answers, or ``OutageError`` past the budget. ``counts["infra_errors"]``
     (if given) counts the errors waited out."""
-    import asyncio
-
     for attempt in itertools.count():
         try:
             out = await call()

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from agentsearch.envs.text_env import TextEnv
 from agentsearch.rollout.backends import SamplingParams, derive_seed
 from agentsearch.rollout.engines import StreamEngine
-from agentsearch.rollout.streaming import Player
+from agentsearch.rollout.streaming import Player, charge_engine, engine_mark
 from agentsearch.rollout.turns import (
     Episode,
     EpisodeState,
@@ -128,15 +128,13 @@ class GroupPool:
         ``async/*`` keys of the module notes."""
         t_start = time.perf_counter()
         stats = RolloutStats()
-        if self.player is not None:
-            self.player.stats = stats
-        busy0, calls0, requests0 = self.engine.busy_s, self.engine.calls, self.engine.requests
+        mark = engine_mark(self.engine)
         env0 = self.player.env_clock.busy if self.player else 0.0
         while len(self.groups) < self.in_flight:
             task = self._restart.pop(0) if self._restart else self.sample(1)[0]
             self._start(task, stats)
         assert self.player is not None
-        self.player.stats = stats
+        self.player.stats = stats  # this take's window collects what every group in play does
         min_take = b if min_take is None else max(1, min(min_take, b))
         try:
             while len(self.finished) < b and not (enough is not None and enough.done()
@@ -159,9 +157,7 @@ class GroupPool:
         self.last_taken = [g.task for g in taken]
         episodes = finish_episodes([r for g in taken for r in g.runs], stats, t_start)
         stats.episodes = len(episodes)
-        stats.time_generate = self.engine.busy_s - busy0
-        stats.generate_calls = self.engine.calls - calls0
-        stats.generate_requests = self.engine.requests - requests0
+        charge_engine(stats, self.engine, mark)
         stats.time_env = max(self.player.env_clock.busy - env0 - stats.time_reward, 0.0)
         stats.extra_metrics = self._metrics(taken, b)
         return episodes, stats

@@ -48,7 +48,7 @@ from agentsearch.rollout.turns import (
     take_observation,
 )
 
-__all__ = ["Player", "astream_rollout", "stream_rollout"]
+__all__ = ["Player", "astream_rollout", "stream_rollout", "engine_mark", "charge_engine"]
 
 
 class _BusyClock:
@@ -111,6 +111,18 @@ class Player:
             engine.episode_done()
 
 
+def engine_mark(engine: StreamEngine) -> tuple[float, int, int]:
+    """The engine's counters now (busy seconds, calls, requests), for ``charge_engine``."""
+    return engine.busy_s, engine.calls, engine.requests
+
+
+def charge_engine(stats: RolloutStats, engine: StreamEngine, mark: tuple[float, int, int]) -> None:
+    """What the engine did since ``mark`` goes into ``stats`` (generate time, calls, requests)."""
+    stats.time_generate = engine.busy_s - mark[0]
+    stats.generate_calls = engine.calls - mark[1]
+    stats.generate_requests = engine.requests - mark[2]
+
+
 async def astream_rollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | str,
                           tasks: list[dict], engine: StreamEngine, params: SamplingParams, *,
                           n_per_task: int = 1, max_turns: int | None = None, seed: int | None = None,
@@ -121,7 +133,7 @@ async def astream_rollout(envs_or_factory: Sequence[TextEnv] | Callable[[], Text
     runs, stats, stop = start_episodes(envs_or_factory, tasks, engine.tokenizer, params, n_per_task=n_per_task,
                                        seed=seed, max_seq_len=max_seq_len)
     player = Player(engine, params, stop, max_turns, max_seq_len, stats)
-    busy0, calls0, requests0 = engine.busy_s, engine.calls, engine.requests
+    mark = engine_mark(engine)
     engine.expect(len(runs))
     try:
         async with asyncio.TaskGroup() as group:  # one failing episode cancels the others
@@ -129,9 +141,7 @@ async def astream_rollout(envs_or_factory: Sequence[TextEnv] | Callable[[], Text
                 group.create_task(player.play(r, i))
     except BaseExceptionGroup as errors:  # the first episode's error, as the lock-step rollout raises it
         raise errors.exceptions[0] from None
-    stats.time_generate = engine.busy_s - busy0
-    stats.generate_calls = engine.calls - calls0
-    stats.generate_requests = engine.requests - requests0
+    charge_engine(stats, engine, mark)
     stats.time_env = max(player.env_clock.busy - stats.time_reward, 0.0)
     return finish_episodes(runs, stats, t_start), stats
 
