@@ -14,6 +14,8 @@ env's ``check_variants`` (e.g. Math with its calculator and python tools):
    mask is 1 exactly on the policy's tokens, whose text is the policy's text, and the
    0-runs decode to exactly the prompt and the observations; generation logprobs are 0
    where the mask is 0.
+9. with ``--fuzz N``: N seeded adversarial actions (``agentsearch.envs.fuzz.fuzz_env``), every
+   step checked (no exception, an error observation for every malformed turn, ...);
 
 It is the only env checker, and it lives here, not in ``agentsearch.envs``, because checks 2
 and 8 use a rollout: the rollout layer imports envs, never the other way round.
@@ -26,6 +28,7 @@ from __future__ import annotations
 import traceback
 import warnings
 
+from agentsearch.envs.fuzz import fuzz_env
 from agentsearch.envs.text_env import observation_text
 from agentsearch.rollout.backends import SamplingParams, ScriptedBackend
 from agentsearch.rollout.contract import (
@@ -190,6 +193,11 @@ def main(a) -> int:
                     check_rollout_masks(lambda i=env_id, k=kw: gymnasium.make(i, **k).unwrapped)
                     print(f"ok   {env_id} [{label}]: check_env, rollout-contract, {', '.join(passed)}, "
                           "rollout-masks")
+                    if getattr(a, "fuzz", 0):
+                        report = fuzz_env(gymnasium.make(env_id, **kw).unwrapped, a.fuzz, seed=0)
+                        print(f"     fuzz: {report.as_dict()}")
+                        if report.failures:
+                            raise AssertionError("fuzzing broke the env:\n- " + "\n- ".join(report.failures))
                     for n in notes:
                         print(f"     warning: {n}")
                 except Exception as e:  # noqa: BLE001 - report every env, then fail

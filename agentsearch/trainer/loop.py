@@ -41,6 +41,7 @@ from agentsearch.algorithms.grouping import drop_zero_signal
 from agentsearch.algorithms.optim import make_optimizer
 from agentsearch.algorithms.update import policy_update, rows_of
 from agentsearch.core.config import ConfigError, apply_overrides, dump, to_dict
+from agentsearch.core.failpoints import crash_point
 from agentsearch.core.progress import Progress
 from agentsearch.core.reliability import OutageError, outages
 from agentsearch.models.logprobs import make_score_fn, token_logprobs
@@ -123,6 +124,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
         step, rng = state["step"], state.pop("rng")
         sampler.load_state_dict(state["sampler"])
         health.load_state_dict(state.get("health", {}))
+        log.info("resuming from checkpoint %s", ckpt.name)
     sft_metrics = {}
     if step == 0 and (cfg.sft.steps > 0 or cfg.sft.pretrain_steps > 0):  # warm start, before anything is measured
         t0 = time.perf_counter()
@@ -136,7 +138,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
     events.own(backend)  # a vLLM engine shuts down with the run
     rollouts = StepRollouts(cfg, envs, backend, sampler, events, state)  # phase 1's rollout of each step
     logger = MetricsLogger(run_dir, tensorboard=cfg.tensorboard, wandb_project=cfg.wandb_project, config=to_dict(cfg))
-    logger.truncate_after(step)
+    logger.truncate_after(step if step > 0 else -1)  # from scratch: step 0's record is logged again
     timer = PhaseTimer(state["train_cumulative"])
     progress = Progress(cfg.steps, "train", start=step, every=5, enabled=not quiet)
     trainable, total = count_parameters(model)
@@ -246,10 +248,11 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
                 metrics.update(last)
             except OutageError as e:  # an eval that met an outage is no score
                 outage, metrics["eval/invalid"] = outage or e, 1.0
+        metrics.update(timer.end_step())  # the record before the checkpoint: a crash between
+        logger.log(step, metrics)  # them resumes from an older step and logs this one again, never skips it
+        crash_point("loop:logged")
         if step % cfg.checkpoint_every == 0 or step == cfg.steps or outage:
-            checkpoint(step)
-        metrics.update(timer.end_step())
-        logger.log(step, metrics)
+            checkpoint(step)  # (its seconds count in the next step's time/checkpoint)
         scored["tokens"] = 0.0
         progress.update(step, progress_line(metrics, last), force="eval/mean_at_n" in metrics)
         if outage:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 __all__ = ["MetricsLogger", "read_metrics", "progress_line"]
@@ -43,11 +44,24 @@ class MetricsLogger:
             self._wandb = wandb.init(project=wandb_project, config=config, dir=str(run_dir))
 
     def truncate_after(self, step: int) -> None:
-        """Drop records of steps after ``step`` (a resumed run re-logs them)."""
+        """Drop records of steps after ``step`` (a resumed run re-logs them), and a last line
+        cut short by a crash mid-write; the file is replaced atomically."""
         self._f.close()
-        keep = [line for line in self.path.read_text().splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= step]
-        self.path.write_text("".join(line + "\n" for line in keep))
+        lines = [line for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        keep = []
+        for i, line in enumerate(lines):
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                if i == len(lines) - 1:
+                    break  # the process died while writing it
+                raise ValueError(f"{self.path}: line {i + 1} is not JSON (and not the last line): "
+                                 f"{line[:80]!r}") from None
+            if rec.get("step", 0) <= step:
+                keep.append(line)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+        os.replace(tmp, self.path)
         self._f = open(self.path, "a", encoding="utf-8")
 
     def log(self, step: int, metrics: dict) -> None:
