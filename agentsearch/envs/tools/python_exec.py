@@ -8,11 +8,14 @@ __all__ = ["PythonTool"]
 
 
 class PythonTool:
-    """Run a Python program in a child process (temp dir, memory/CPU/time limits, no network).
+    """Run a Python program in a sandboxed child process.
 
     Returns what the program printed (stdout and stderr). Limits: ``time_limit_s`` wall
-    seconds, ``memory_mb`` of address space, ``max_output_chars`` of output; see
-    ``agentsearch.envs.tools.sandbox.run_python``.
+    seconds, ``memory_mb`` of address space, ``max_output_chars`` of output,
+    ``max_processes`` processes and threads, ``disk_mb`` in its temp dir; no network, no
+    writes outside its temp dir, nothing it starts outlives it. See
+    ``agentsearch.envs.tools.sandbox`` (limits) and ``sandbox_isolation`` (layers). A sandbox
+    that cannot start raises ``InfraError``: the env waits and retries, the policy never sees it.
     """
 
     name = "python"
@@ -22,11 +25,13 @@ class PythonTool:
                   "required": ["code"]}
 
     def __init__(self, time_limit_s: float = 5.0, memory_mb: int = 1024,
-                 max_output_chars: int = 4000):
+                 max_output_chars: int = 4000, max_processes: int = 64, disk_mb: int = 16):
         self.time_limit_s, self.memory_mb = time_limit_s, memory_mb
-        self.max_output_chars = max_output_chars
-        self.timeout_s = time_limit_s + 5.0  # the env's outer limit; the program has its own
+        self.max_output_chars, self.max_processes, self.disk_mb = max_output_chars, max_processes, disk_mb
+        # the env's outer limit: the sandbox's start (<= sandbox.STARTUP_TIMEOUT_S) + the program's own
+        self.timeout_s = time_limit_s + 10.0
 
     async def __call__(self, code: str) -> str:
-        return await run_python(str(code), time_limit_s=self.time_limit_s,
-                                memory_mb=self.memory_mb, max_output_chars=self.max_output_chars)
+        return await run_python(str(code), time_limit_s=self.time_limit_s, memory_mb=self.memory_mb,
+                                max_output_chars=self.max_output_chars, max_processes=self.max_processes,
+                                disk_mb=self.disk_mb)
