@@ -199,6 +199,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--batch-window-ms", type=float, default=0.0,
                    help="coalesce concurrent requests into one search (helps dense indexes "
                         "with one-query-per-request clients)")
+    s.add_argument("--max-inflight", type=int, default=512,
+                   help="requests admitted and not yet answered; past it a request gets 503 + Retry-After "
+                        "at once, before its body is read (default takes 256 concurrent clients)")
+    s.add_argument("--max-inflight-queries", type=int, default=None,
+                   help="queries admitted and not yet answered (default: --max-queries + --max-inflight, "
+                        "one largest request beside a full house of single-query ones); past it: 503")
+    s.add_argument("--max-inflight-body-mb", type=float, default=None,
+                   help="request bodies being read or held, MiB (default: 4 x --max-body-mb); past it: 503")
     s.add_argument("--threads", type=int, default=None, help="search threads (torch/FAISS/numba/Java)")
     s.set_defaults(fn=cmd_serve)
 
@@ -225,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("check-env", help="run Gymnasium's check_env and our checks on env ids")
     s.add_argument("ids", nargs="*", help="env ids (default: every agentsearch/* id)")
+    s.add_argument("--fuzz", type=int, default=0, metavar="N",
+                   help="also play N seeded adversarial actions per env and setting, checking every step")
     s.set_defaults(fn=cmd_check_env)
 
     s = sub.add_parser("openrlhf", help="run on OpenRLHF (Ray + vLLM + DeepSpeed): launch, smoke")

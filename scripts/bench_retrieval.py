@@ -32,8 +32,6 @@ import asyncio
 import json
 import os
 import re
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,6 +41,7 @@ import numpy as np
 from agentsearch.core.cache import cache_dir
 from agentsearch.data import read_jsonl, wiki_corpus, world_dir
 from agentsearch.retrievers import RemoteRetriever, build_index, load_retriever
+from agentsearch.retrievers.process import ServerProcess
 from agentsearch.retrievers.store import MANIFEST
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,30 +92,9 @@ def emit(row: dict) -> None:
 
 
 # -- (a) micro-batching client vs one request per call ------------------------------------
-def serve(index_dir: Path, threads: int):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "AGENTSEARCH_JAVA_THREADS": str(threads)}
-    proc = subprocess.Popen([sys.executable, "-m", "agentsearch", "serve", "--index", str(index_dir),
-                             "--port", str(port)], env=env, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    client = RemoteRetriever(url, retries=0)
-    deadline = time.monotonic() + 180
-    while True:
-        try:
-            client.health()
-            return proc, url
-        except Exception:  # noqa: BLE001 - not up yet
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"server did not start: {proc.stderr.read().decode()[-2000:]}") from None
-            time.sleep(0.3)
-
-
 def bench_a(name, idx_dir, queries, episodes, turns, threads, k=3):
-    proc, url = serve(idx_dir, threads)
+    server = ServerProcess(idx_dir, threads=threads).start()
+    url = server.url
     try:
         async def run(micro: bool) -> tuple[float, int]:
             async with RemoteRetriever(url, micro_batch=micro, window_ms=5) as c:
@@ -141,8 +119,7 @@ def bench_a(name, idx_dir, queries, episodes, turns, threads, k=3):
               "per_call_qps": round(pc[0], 1), "per_call_requests": pc[1],
               "speedup": round(mb[0] / pc[0], 2)})
     finally:
-        proc.kill()
-        proc.wait()
+        server.kill()
 
 
 # -- (b) and (c) BM25 backends ------------------------------------------------------------

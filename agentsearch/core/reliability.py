@@ -6,7 +6,8 @@ from. Or it fails because a service the environment depends on failed (the retri
 is down, times out, answers 5xx; a sandbox crashed): that is an *infra* failure, and
 training on it would teach the policy that searching fails. Tools say which by raising
 ``InfraError`` (``RemoteRetriever`` raises ``RetrieverUnavailable``, one, once its own
-retries are spent).
+retries are spent; each failure its retries absorb is reported to ``transient()``: counted,
+and warned about on the first).
 
 An env (``TextEnv._call_tool``) that meets an ``InfraError`` does not answer the episode: it
 waits and calls the tool again, with exponential backoff, for as long as the process's
@@ -50,6 +51,8 @@ class OutageTracker:
         self.configure(budget_s=budget_s, warn_every_s=warn_every_s, backoff_s=backoff_s,
                        backoff_max_s=backoff_max_s)
         self.errors = 0
+        self.transient_errors = 0  # failures a client's own retry absorbed (see transient())
+        self._transient_warned: float | None = None
         self.since: float | None = None  # when the current outage began (None: no outage)
         self._closed_s = 0.0  # seconds of outages that have ended
         self._warned = 0.0
@@ -87,6 +90,18 @@ class OutageTracker:
             log.warning("infrastructure still failing: %s, for %.0f s (%d errors so far); next try in %.1f s, "
                         "the run stops after %.0f s", what, lasted, self.errors, delay, self.budget_s)
         return delay
+
+    def transient(self, what: str, reason: str) -> None:
+        """A failure that a client's own retry absorbed (a 5xx, a refused connection, a
+        shed request that answered on a later try): no episode waited, but it is an infra
+        error all the same. Counted in ``transient_errors``; the first is logged at once,
+        then one line at most every ``warn_every_s``."""
+        self.transient_errors += 1
+        now = time.monotonic()
+        if self._transient_warned is None or now - self._transient_warned >= self.warn_every_s:
+            self._transient_warned = now
+            log.warning("infrastructure error, retried: %s (%s); %d such errors so far", what,
+                        str(reason)[:200], self.transient_errors)
 
     def recovered(self) -> None:
         """A call succeeded: the outage (if any) is over."""

@@ -9,7 +9,11 @@ request of up to ``max_batch`` queries (``MicroBatcher``), which is what makes r
 fast: the server scores a batch for little more than the cost of one query.
 
 Failures: each request has a ``timeout``; connection errors, timeouts and 5xx/429 answers
-are retried ``retries`` times with exponential backoff and jitter; after the last attempt
+are retried ``retries`` times with exponential backoff and jitter. A 503/429 with
+``Retry-After`` (an overloaded server shedding load, ``agentsearch serve``'s admission
+control) is waited out: at least that long (capped at ``max_retry_after``, plus up to 50%
+jitter so shed callers do not return together), counted in ``stats["retry_after_waits"]``
+and ``stats["retry_after_s"]``. After the last attempt
 the callers get a ``RetrieverUnavailable`` (a ``RetrieverError`` and an infrastructure error,
 ``core.reliability``: envs wait it out instead of showing it to the policy) naming the server
 and the last cause. Other 4xx
@@ -35,8 +39,11 @@ import asyncio
 import random
 import time
 from collections import OrderedDict
+from email.utils import parsedate_to_datetime
+from typing import NamedTuple
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+from agentsearch.core.reliability import outages
 from agentsearch.retrievers.base import Hit, RetrieverError, RetrieverUnavailable
 from agentsearch.retrievers.batching import MicroBatcher
 
@@ -45,7 +52,7 @@ __all__ = ["RemoteRetriever", "URL_OPTIONS", "split_url_options", "probe_service
 _RETRY_STATUS = {429, 500, 502, 503, 504}
 
 URL_OPTIONS = {"micro_batch": bool, "window_ms": float, "max_batch": int, "max_inflight": int,
-               "cache_size": int, "retries": int, "timeout": float}
+               "cache_size": int, "retries": int, "timeout": float, "max_retry_after": float}
 """``RemoteRetriever`` arguments a URL's query string may set, with their types."""
 
 
@@ -69,6 +76,28 @@ def split_url_options(url: str) -> tuple[str, dict]:
             except ValueError:
                 raise ValueError(f"retriever URL option {key}={raw!r}: expected {tp.__name__}") from None
     return urlunsplit(parts._replace(query="", fragment="")), opts
+
+
+class _Retry(NamedTuple):
+    """Why an attempt failed in a way worth retrying, and the server's ``Retry-After``."""
+
+    reason: str
+    after: float | None = None
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date), or None."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
 
 
 def parse_result(payload, n_queries: int) -> list[list[Hit]]:
@@ -152,11 +181,12 @@ class RemoteRetriever:
                  connect_timeout: float = 3.0, retries: int = 3, backoff: float = 0.25,
                  window_ms: float = 5.0, max_batch: int = 256, max_inflight: int = 4,
                  max_topk: int = 100, max_query_chars: int = 4096, cache_size: int = 0,
-                 micro_batch: bool = True):
+                 micro_batch: bool = True, max_retry_after: float = 30.0):
         url = url.rstrip("/")
         self.base_url = url[: -len("/retrieve")] if url.endswith("/retrieve") else url
         self.url = self.base_url + "/retrieve"
         self.retries, self.backoff, self.max_batch = retries, backoff, max_batch
+        self.max_retry_after = max_retry_after
         self.max_topk, self.max_query_chars, self.micro_batch = max_topk, max_query_chars, micro_batch
         self.max_inflight = max_inflight
         self._timeout = (timeout, connect_timeout)
@@ -167,7 +197,8 @@ class RemoteRetriever:
         self._aclient_loop = None
         self._client = None
         self._rng = random.Random()
-        self.stats = {"requests": 0, "retries": 0, "cache_hits": 0}
+        self.stats = {"requests": 0, "retries": 0, "cache_hits": 0, "retry_after_waits": 0,
+                      "retry_after_s": 0.0}
 
     @classmethod
     def from_url(cls, url: str, **kw) -> RemoteRetriever:
@@ -205,13 +236,23 @@ class RemoteRetriever:
         return RetrieverUnavailable(f"retrieval server {self.url} failed {attempts} times; last: {last}. "
                               "Is `agentsearch serve` running there?")
 
-    def _delay(self, attempt: int) -> float:
-        return self.backoff * (2 ** attempt) * (1 + 0.5 * self._rng.random())
+    def _delay(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds to wait before retry number ``attempt + 1``: exponential backoff with
+        jitter, and never less than the server's ``Retry-After`` (capped)."""
+        base = self.backoff * (2 ** attempt)
+        if retry_after is not None:
+            base = max(base, min(retry_after, self.max_retry_after))
+        delay = base * (1 + 0.5 * self._rng.random())
+        if retry_after is not None:
+            self.stats["retry_after_waits"] += 1
+            self.stats["retry_after_s"] += delay
+        return delay
 
-    def _answer(self, resp, n: int) -> list[list[Hit]] | str:
+    def _answer(self, resp, n: int) -> list[list[Hit]] | _Retry:
         """Hits, or the reason to retry; raises for answers that retrying cannot fix."""
         if resp.status_code in _RETRY_STATUS:
-            return f"HTTP {resp.status_code}: {resp.text[:300]}"
+            after = retry_after_seconds(resp.headers.get("retry-after")) if resp.status_code in (429, 503) else None
+            return _Retry(f"HTTP {resp.status_code}: {resp.text[:300]}", after)
         if resp.status_code >= 400:
             try:
                 detail = resp.json().get("detail", resp.text)
@@ -222,53 +263,51 @@ class RemoteRetriever:
         try:
             payload = resp.json()
         except ValueError:
-            return f"answer is not JSON: {resp.text[:200]!r}"
+            return _Retry(f"answer is not JSON: {resp.text[:200]!r}")
         return parse_result(payload, n)
 
-    def _attempts(self):
-        """The retry schedule shared by the async and sync paths: yields the delay to wait
-        before each attempt (0 for the first), counting requests and retries."""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                self.stats["retries"] += 1
-            self.stats["requests"] += 1
-            yield self._delay(attempt - 1) if attempt else 0.0
+    def _before(self, attempt: int, failed: _Retry) -> float:
+        """The retry schedule shared by the async and sync paths: seconds to wait before
+        attempt ``attempt`` (0 for the first; after it, ``failed``'s Retry-After is
+        honoured), counting requests and retries."""
+        self.stats["requests"] += 1
+        if not attempt:
+            return 0.0
+        self.stats["retries"] += 1
+        outages.transient(f"retrieval server {self.url}", failed.reason)  # counted, the first one warned
+        return self._delay(attempt - 1, failed.after)
 
     async def _apost(self, queries: list[str], k: int) -> list[list[Hit]]:
         import httpx
 
-        client, last = self._async_client(), ""
-        for delay in self._attempts():
-            await asyncio.sleep(delay)
+        client, last = self._async_client(), _Retry("")
+        for attempt in range(self.retries + 1):
+            await asyncio.sleep(self._before(attempt, last))
             try:
-                resp = await client.post(self.url, json=self._payload(queries, k))
+                got = self._answer(await client.post(self.url, json=self._payload(queries, k)), len(queries))
             except httpx.TransportError as e:
-                last = f"{type(e).__name__}: {e}"
-                continue
-            got = self._answer(resp, len(queries))
-            if not isinstance(got, str):
+                got = _Retry(f"{type(e).__name__}: {e}")
+            if not isinstance(got, _Retry):
                 return got
             last = got
-        raise self._give_up(self.retries + 1, last)
+        raise self._give_up(self.retries + 1, last.reason)
 
     def _post(self, queries: list[str], k: int) -> list[list[Hit]]:
         import httpx
 
         if self._client is None:
             self._client = httpx.Client(timeout=self._httpx_timeout())
-        last = ""
-        for delay in self._attempts():
-            time.sleep(delay)
+        last = _Retry("")
+        for attempt in range(self.retries + 1):
+            time.sleep(self._before(attempt, last))
             try:
-                resp = self._client.post(self.url, json=self._payload(queries, k))
+                got = self._answer(self._client.post(self.url, json=self._payload(queries, k)), len(queries))
             except httpx.TransportError as e:
-                last = f"{type(e).__name__}: {e}"
-                continue
-            got = self._answer(resp, len(queries))
-            if not isinstance(got, str):
+                got = _Retry(f"{type(e).__name__}: {e}")
+            if not isinstance(got, _Retry):
                 return got
             last = got
-        raise self._give_up(self.retries + 1, last)
+        raise self._give_up(self.retries + 1, last.reason)
 
     # -- cache --------------------------------------------------------------------
     def _cached(self, queries: list[str], k: int) -> tuple[list[list[Hit] | None], list[str]]:

@@ -24,6 +24,13 @@ Empty queries are not errors: they get an empty list, so one bad episode cannot 
 batch shared with others. The server binds 127.0.0.1 unless told otherwise; it has no
 authentication, so expose it only on trusted networks.
 
+Admission control (``admission.py``): at most ``max_inflight`` requests (512),
+``max_inflight_queries`` queries (16,384 + 512) and ``max_inflight_body_bytes`` of bodies
+(4 x 64 MiB) are admitted and not yet answered; a request past a bound is answered at once,
+before its body is read, with 503, ``Retry-After`` (the backlog at the measured service rate)
+and ``{"detail"}`` naming the flag that raises the bound. ``GET /health`` reports the bounds,
+what is in flight and the shed counts under ``"admission"``.
+
 For tests and notebooks, ``serve_in_thread(retriever)`` runs it on a free loopback port.
 """
 
@@ -37,26 +44,42 @@ import threading
 import time
 from collections.abc import Iterator
 
+from agentsearch.retrievers.admission import Admission, Overloaded
 from agentsearch.retrievers.base import Hit, Retriever
 
 __all__ = ["create_app", "serve_in_thread", "main", "Limits"]
 
 DEFAULT_TOPK = 3
+UNDECLARED_BODY_BYTES = 64 << 10  # reserved for a chunked body until more of it arrives
 
 
 class Limits:
-    """Request limits; every violation is a 4xx with a message naming the flag to change.
+    """Request limits and admission bounds; every violation is a 4xx (a limit) or a 503 (a
+    bound) with a message naming the flag to change.
 
     ``search_batch`` is not a limit: it is how many queries one internal search call takes.
+    ``max_inflight_queries`` defaults to ``max_queries + max_inflight`` (one largest request
+    beside a full house of single-query requests), ``max_inflight_body_bytes`` to four bodies
+    of ``max_body_bytes``; each must hold one largest request, else that request could never
+    be admitted.
     """
 
     def __init__(self, max_queries: int = 16384, max_topk: int = 100, max_query_chars: int = 4096,
-                 max_body_bytes: int = 64 << 20, search_batch: int = 256):
-        if min(max_queries, max_topk, max_query_chars, max_body_bytes, search_batch) < 1:
-            raise ValueError("every request limit and search_batch must be >= 1")
+                 max_body_bytes: int = 64 << 20, search_batch: int = 256, max_inflight: int = 512,
+                 max_inflight_queries: int | None = None, max_inflight_body_bytes: int | None = None):
+        if min(max_queries, max_topk, max_query_chars, max_body_bytes, search_batch, max_inflight) < 1:
+            raise ValueError("every request limit, search_batch and max_inflight must be >= 1")
         self.max_queries, self.max_topk = max_queries, max_topk
         self.max_query_chars, self.max_body_bytes = max_query_chars, max_body_bytes
-        self.search_batch = search_batch
+        self.search_batch, self.max_inflight = search_batch, max_inflight
+        self.max_inflight_queries = max_inflight_queries or max_queries + max_inflight
+        self.max_inflight_body_bytes = max_inflight_body_bytes or 4 * max_body_bytes
+        if self.max_inflight_queries < max_queries:
+            raise ValueError(f"--max-inflight-queries ({self.max_inflight_queries}) must be at least "
+                             f"--max-queries ({max_queries}), else a request that large is never admitted")
+        if self.max_inflight_body_bytes < max_body_bytes:
+            raise ValueError(f"--max-inflight-body-mb ({self.max_inflight_body_bytes / 2**20:g}) must be at "
+                             f"least --max-body-mb ({max_body_bytes / 2**20:g})")
 
     def as_dict(self) -> dict:
         return dict(vars(self))
@@ -131,40 +154,66 @@ def create_app(retriever: Retriever, limits: Limits | None = None, batch_window_
             "num_docs": getattr(retriever, "num_docs", None), "limits": limits.as_dict(),
             "batch_window_ms": batch_window_ms, "devices": getattr(retriever, "devices", None)}
 
-    async def read_body(request: Request) -> bytes:
+    admission = Admission(limits.max_inflight, limits.max_inflight_queries, limits.max_inflight_body_bytes)
+    app.state.admission = admission
+
+    def declared_length(request: Request) -> int:
+        """The body's declared size (64 KiB to start with when it declares none), or 413."""
         declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > limits.max_body_bytes:
+        if not (declared and declared.isdigit()):
+            return min(UNDECLARED_BODY_BYTES, limits.max_body_bytes)
+        if int(declared) > limits.max_body_bytes:
             raise BadRequest(413, f"request body of {int(declared):,} bytes is over the "
                                   f"{limits.max_body_bytes:,}-byte limit (split the batch, or "
                                   "restart the server with a larger --max-body-mb)")
+        return int(declared)
+
+    async def read_body(request: Request, ticket) -> bytes:
         chunks, size = [], 0
         async for chunk in request.stream():
             size += len(chunk)
             if size > limits.max_body_bytes:
                 raise BadRequest(413, f"request body is over the {limits.max_body_bytes:,}-byte limit "
                                       "(split the batch, or restart the server with a larger --max-body-mb)")
+            admission.grow_body(ticket, size)  # a no-op within the declared length
             chunks.append(chunk)
         return b"".join(chunks)
 
+    def shed(e: Overloaded):
+        return JSONResponse({"detail": e.detail}, status_code=503, headers={"Retry-After": str(e.retry_after)})
+
     @app.get("/health")
     async def health():
-        return info
+        return {**info, "admission": admission.snapshot()}
 
     @app.post("/retrieve")
     async def retrieve(request: Request):
+        # Admission comes before the body is read: a shed request costs no body in memory.
         try:
-            queries, topk, return_scores = parse_request(await read_body(request), limits)
+            ticket = admission.enter(declared_length(request))
         except BadRequest as e:
             return JSONResponse({"detail": e.detail}, status_code=e.status)
-        parts = []  # one chunk's hits at a time, kept as rendered JSON
+        except Overloaded as e:
+            return shed(e)
         try:
-            for s in range(0, len(queries), limits.search_batch):
-                hits = await retriever.asearch(queries[s:s + limits.search_batch], topk)
-                parts.append(render_lists(hits, return_scores))
-        except Exception as e:  # noqa: BLE001 - a server fault, reported, and the server lives on
-            return JSONResponse({"detail": f"search failed: {type(e).__name__}: {e}"}, status_code=500)
-        return Response(b'{"result": [' + b",".join(p for p in parts if p) + b"]}",
-                        media_type="application/json")
+            try:
+                queries, topk, return_scores = parse_request(await read_body(request, ticket), limits)
+                admission.admit(ticket, len(queries))
+            except BadRequest as e:
+                return JSONResponse({"detail": e.detail}, status_code=e.status)
+            except Overloaded as e:
+                return shed(e)
+            parts = []  # one chunk's hits at a time, kept as rendered JSON
+            try:
+                for s in range(0, len(queries), limits.search_batch):
+                    hits = await retriever.asearch(queries[s:s + limits.search_batch], topk)
+                    parts.append(render_lists(hits, return_scores))
+            except Exception as e:  # noqa: BLE001 - a server fault, reported, and the server lives on
+                return JSONResponse({"detail": f"search failed: {type(e).__name__}: {e}"}, status_code=500)
+            return Response(b'{"result": [' + b",".join(p for p in parts if p) + b"]}",
+                            media_type="application/json")
+        finally:
+            admission.leave(ticket)
 
     return app
 
@@ -211,13 +260,18 @@ def app_from_args(a):
     limits = Limits(max_queries=a.max_queries, max_topk=a.max_topk,
                     max_query_chars=getattr(a, "max_query_chars", None) or 4096,
                     max_body_bytes=int((getattr(a, "max_body_mb", None) or 64) * (1 << 20)),
-                    search_batch=getattr(a, "search_batch", None) or 256)
+                    search_batch=getattr(a, "search_batch", None) or 256,
+                    max_inflight=getattr(a, "max_inflight", None) or 512,
+                    max_inflight_queries=getattr(a, "max_inflight_queries", None),
+                    max_inflight_body_bytes=int(getattr(a, "max_inflight_body_mb", None) * (1 << 20))
+                    if getattr(a, "max_inflight_body_mb", None) else None)
     return create_app(retriever, limits, batch_window_ms=getattr(a, "batch_window_ms", None) or 0.0), retriever
 
 
 def main(a) -> int:
     """``agentsearch serve --index DIR [DIR ...] [--host H] [--port P] [--device D] [--max-queries N]
-    [--max-topk K] [--max-body-mb M] [--search-batch B]``."""
+    [--max-topk K] [--max-body-mb M] [--search-batch B] [--max-inflight N] [--max-inflight-queries Q]
+    [--max-inflight-body-mb M]``."""
     import uvicorn
 
     from agentsearch.retrievers.base import RetrieverError
