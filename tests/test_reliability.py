@@ -91,6 +91,44 @@ def test_past_the_budget_the_step_raises_instead_of_answering(bm25s, quick_outag
         env.step("<search>Stethith</search>")
 
 
+def test_5xx_and_stalls_are_retried_and_never_reach_the_episode(bm25s, quick_outages, caplog):
+    """Through the chaos proxy (30% of requests answered 5xx, 20% held 0.3 s), one request per
+    search: every observation is exactly what the index answers directly; each injected error
+    was counted as an infra error (retried by the client, or waited out by the env), the first
+    one warned about."""
+    from agentsearch.retrievers.chaos import create_chaos_app
+
+    direct = SearchEnv(split="dev", retriever=bm25s)
+    tasks = direct.tasks[:12]
+    want = []
+    for t in tasks:
+        direct.reset(options={"task": t})
+        want.append(direct.step(f"<search>{t['question']}</search>")[0])
+    transient0, errors0 = quick_outages.transient_errors, quick_outages.errors
+    with serve_in_thread(bm25s) as upstream, \
+            serve_in_thread(create_chaos_app(upstream, error_rate=0.3, stall_rate=0.2, stall_s=0.3, seed=1)) as url:
+        envs = [SearchEnv(split="dev", index=f"{url}?micro_batch=false") for _ in tasks]
+
+        async def play():
+            for env, t in zip(envs, tasks):
+                env.reset(options={"task": t})
+            out = await asyncio.gather(*(e.astep(f"<search>{t['question']}</search>") for e, t in zip(envs, tasks)))
+            await envs[0].aclose()
+            return out
+
+        with caplog.at_level(logging.WARNING, logger="agentsearch.reliability"):
+            got = asyncio.run(play())
+        import httpx
+
+        chaos = httpx.get(url + "/chaos").json()
+    assert [obs for obs, *_ in got] == want
+    assert not any(info["tool_error"] for *_, info in got)
+    assert chaos["errors"] >= 2 and chaos["stalls"] >= 1
+    seen = (quick_outages.transient_errors - transient0) + (quick_outages.errors - errors0)
+    assert seen == chaos["errors"]
+    assert caplog.text.count("infrastructure error, retried") == 1  # the first; then one per warn_every_s
+
+
 def _records(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 

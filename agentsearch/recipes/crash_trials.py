@@ -140,8 +140,9 @@ def _digest(obj) -> str:
     return hashlib.sha256(buf.getvalue()).hexdigest()
 
 
-def compare_runs(ref: Path, run: Path) -> list[str]:
-    """What differs between a resumed run and the reference (empty: the same run)."""
+def compare_runs(ref: Path, run: Path, ignore: tuple[str, ...] = ()) -> list[str]:
+    """What differs between a resumed run and the reference (empty: the same run); metrics
+    whose names start with a prefix in ``ignore`` are not compared (nor timing ones)."""
     problems = []
     steps, want = _logged_steps(run), _logged_steps(ref)
     if steps != want:
@@ -152,7 +153,7 @@ def compare_runs(ref: Path, run: Path) -> list[str]:
     for r in map(json.loads, (ref / "metrics.jsonl").read_text().splitlines()):
         got = recs.get(r["step"], {})
         for k, v in r.items():
-            if not is_timing(k) and got.get(k) != v:
+            if not is_timing(k) and not (ignore and k.startswith(ignore)) and got.get(k) != v:
                 problems.append(f"step {r['step']}: {k} = {got.get(k)!r}, the reference has {v!r}")
                 break
     ref_ckpts = {p.name for p in (ref / "checkpoints").glob("step-*")}

@@ -178,7 +178,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
     if rng is not None:  # last: building the engine reseeds (vLLM seeds python/numpy/torch at start)
         set_rng_state(rng)
     while step < cfg.steps:
-        step, outage_s = step + 1, outages.outage_seconds()
+        step, outage_s, retried = step + 1, outages.outage_seconds(), outages.transient_errors
         # 1. generate + env + reward: all episodes of the step in one rollout (or the one played ahead)
         if ahead is None:
             played = events.run(rollouts.of(step))
@@ -235,6 +235,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
         metrics = {**rstats.metrics(), **lmetrics, **replay.metrics(), **rollouts.metrics(),
                    "train/nonfinite_steps": float(state["nonfinite_steps"]),
                    "health/infra_outage_s": outages.outage_seconds() - outage_s,
+                   "rollout/infra_retried": float(outages.transient_errors - retried),
                    "tokens/generated": float(rstats.tokens_generated),
                    "tokens/scored": scored["tokens"],
                    "tokens/trained": tmetrics.get("train/tokens", 0.0)}
