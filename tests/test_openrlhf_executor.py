@@ -243,3 +243,23 @@ def test_envs_that_need_the_policy_tokenizer_get_it():
     _, env = ex._acquire(parse_label(label), tok)
     assert env.tokenizer is tok
     ex.close()
+
+
+# ---------------------------------------------------------------- (d) the outage budget
+def test_the_labels_outage_budget_configures_the_executors_envs(tok):
+    """`train.reliability` travels in every label: the executor's process waits out infra
+    outages for that long (the local trainer's setting, on OpenRLHF too)."""
+    from agentsearch.core.reliability import outages
+    from agentsearch.engines.openrlhf.executor import AgentExecutor, parse_label, task_label
+
+    saved = (outages.budget_s, outages.warn_every_s)
+    label = task_label(ENV_ID, {}, {"id": "c", "question": "count", "golden_answers": ["3"]}, max_turns=5,
+                       max_new_tokens=8, reliability={"outage_budget_s": 42, "warn_every_s": 7})
+    assert parse_label(label)["reliability"] == {"outage_budget_s": 42.0, "warn_every_s": 7.0}
+    ex = AgentExecutor()
+    try:
+        asyncio.run(_execute(ex, tok, label))
+        assert (outages.budget_s, outages.warn_every_s) == (42.0, 7.0)
+    finally:
+        ex.close()
+        outages.configure(budget_s=saved[0], warn_every_s=saved[1])

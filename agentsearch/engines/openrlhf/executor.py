@@ -44,6 +44,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from agentsearch.core.reliability import outages
 from agentsearch.engines.openrlhf.compat import import_openrlhf
 from agentsearch.rollout.backends import Generation, SamplingParams
 from agentsearch.rollout.episodes import Episode, arollout
@@ -83,11 +84,15 @@ def check_env_supported(env_id: str) -> None:
                          "no images; train multimodal envs with `agentsearch train` instead")
 
 
-def task_label(env: str, env_kwargs: dict, task: dict, *, max_turns: int, max_new_tokens: int) -> str:
-    """The label OpenRLHF carries for one prompt: everything the executor needs to play it."""
-    return json.dumps({"format": LABEL_FORMAT, "env": env, "env_kwargs": env_kwargs, "task": task,
-                       "max_turns": int(max_turns), "max_new_tokens": int(max_new_tokens)},
-                      sort_keys=True)
+def task_label(env: str, env_kwargs: dict, task: dict, *, max_turns: int, max_new_tokens: int,
+               reliability: dict | None = None) -> str:
+    """The label OpenRLHF carries for one prompt: everything the executor needs to play it
+    (``reliability``: ``{"outage_budget_s", "warn_every_s"}`` for the executor's envs)."""
+    spec = {"format": LABEL_FORMAT, "env": env, "env_kwargs": env_kwargs, "task": task,
+            "max_turns": int(max_turns), "max_new_tokens": int(max_new_tokens)}
+    if reliability:
+        spec["reliability"] = {k: float(reliability[k]) for k in ("outage_budget_s", "warn_every_s")}
+    return json.dumps(spec, sort_keys=True)
 
 
 def parse_label(label: Any) -> dict:
@@ -266,6 +271,10 @@ class AgentExecutor(AgentExecutorBase):
                       images=None):
         spec = parse_label(label)
         check_env_supported(spec["env"])
+        if "reliability" in spec:  # how long this process's envs wait out an infra outage
+            r = spec["reliability"]
+            if (outages.budget_s, outages.warn_every_s) != (r["outage_budget_s"], r["warn_every_s"]):
+                outages.configure(budget_s=r["outage_budget_s"], warn_every_s=r["warn_every_s"])
         self._pools.loop = asyncio.get_running_loop()
         tok = env_tokenizer(hf_tokenizer)
         key, env = self._acquire(spec, tok)

@@ -190,7 +190,8 @@ def write_prompts(cfg: OpenRLHFConfig, run: Path) -> tuple[Path, Path | None]:
     def rows(tasks):
         return "".join(json.dumps({"prompt": task.get("question", str(task.get("id"))),
                                    "label": task_label(t.env, t.env_kwargs, task, max_turns=t.max_turns,
-                                                       max_new_tokens=t.generation.max_new_tokens)}) + "\n"
+                                                       max_new_tokens=t.generation.max_new_tokens,
+                                                       reliability=vars(t.reliability))}) + "\n"
                        for task in tasks)
 
     tasks = TaskSampler(build_envs(t, 1, split="train")[0].tasks, t.seed).sample(t.steps * t.prompts_per_step)

@@ -44,9 +44,9 @@ FIELDS: dict[str, str] = {
     "async.max_staleness": "refused unless 0 (OpenRLHF's own `--train.async_enable` is refused too)",
     "async.is_cap": "with `async.max_staleness`",
     "async.oversample": "with `async.max_staleness`", "async.replay_topup": "with `async.max_staleness`",
-    "reliability.outage_budget_s": "refused unless 600 (the executors' envs wait out infra errors with "
-                                   "the defaults)",
-    "reliability.warn_every_s": "refused unless 30 (as `reliability.outage_budget_s`)",
+    "reliability.outage_budget_s": "in every prompt's label: the executors' envs wait out an infra outage "
+                                   "that long, then the rollout fails (OpenRLHF's `--ckpt` checkpoints resume it)",
+    "reliability.warn_every_s": "in every prompt's label (the executors' outage warnings)",
     "async.tool_timeout_s": "refused unless none (the executor's tools keep their own timeouts)",
     "async.max_batch": "not applicable (the local HF micro-batcher)",
     "async.max_wait_s": "not applicable (the local HF micro-batcher)",
@@ -144,8 +144,6 @@ def refusals(t, extra_args: list[str] = ()) -> list[str]:
         out.append("train.async.max_staleness > 0: generation beside the update runs in the local trainer only")
     if t.async_.tool_timeout_s is not None:
         out.append("train.async.tool_timeout_s: " + FIELDS["async.tool_timeout_s"].removeprefix("refused unless none "))
-    if (t.reliability.outage_budget_s, t.reliability.warn_every_s) != (600.0, 30.0):
-        out.append("train.reliability: the executors' envs wait out infra errors with the defaults (600 s, 30 s)")
     if t.tool_latency.kind != "none":
         out.append("train.tool_latency: simulated tool latency runs in the local trainer only")
     if t.sft.steps > 0 or t.sft.pretrain_steps > 0:
