@@ -64,6 +64,7 @@ class OutageTracker:
             raise ValueError("outage settings: budget_s >= 0, warn_every_s > 0, 0 < backoff_s <= backoff_max_s")
         self.budget_s, self.warn_every_s = float(budget_s), float(warn_every_s)
         self.backoff_s, self.backoff_max_s = float(backoff_s), float(backoff_max_s)
+        self._transient_warned = None  # a (re)configured tracker (a new run) warns on its first error again
 
     def outage_seconds(self) -> float:
         """Seconds spent in outages so far, the current one included."""
