@@ -28,7 +28,16 @@ def cmd_world(a) -> int:
     from agentsearch.data import WorldConfig, generate_world, write_world
 
     cfg = WorldConfig(seed=a.seed) if a.entities is None else WorldConfig(seed=a.seed, entities=a.entities)
-    paths = write_world(generate_world(cfg), a.out)
+    if a.questions == "keychain":
+        from agentsearch.data.keychain import write_keychain_world
+
+        paths = write_keychain_world(a.out, seed=a.seed)
+    elif a.questions == "chains":
+        from agentsearch.data.chains import write_chain_world
+
+        paths = write_chain_world(cfg, a.out)
+    else:
+        paths = write_world(generate_world(cfg), a.out)
     for name, p in paths.items():
         print(f"{name:7s} {p}")
     return 0
@@ -254,6 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", required=True, help="folder for corpus.jsonl and train/dev/test.jsonl")
     s.add_argument("--entities", type=int, default=None, help="primary entities (default 1400)")
+    s.add_argument("--questions", choices=["default", "chains", "keychain"], default="default",
+                   help="single/bridge/comparison questions, k-hop chains (k=1-4) over the same corpus, "
+                        "or a key-chain world (its own corpus; chains of 1-6 keys)")
     s.set_defaults(fn=cmd_world)
 
     s = sub.add_parser("wiki-corpus", help="convert the offline Wikipedia summaries to corpus.jsonl")

@@ -27,6 +27,7 @@ FUZZ_RUNS = {
              ("agentsearch/Math-v0", {"turn_format": "json", "tools": ("calculator",)}, 4750),
              ("agentsearch/Math-v0", {"tools": ("calculator", "python")}, 500)],
     "vision": [("agentsearch/Vision-v0", {}, 5000), ("agentsearch/Vision-v0", {"turn_format": "json"}, 5000)],
+    "keychain": [("agentsearch/KeyChain-v0", {}, 5000), ("agentsearch/KeyChain-v0", {"turn_format": "json"}, 5000)],
 }
 
 

@@ -18,6 +18,7 @@ ENV_IDS = {
     "agentsearch/Search-v0": "agentsearch.envs.search:SearchEnv",
     "agentsearch/Math-v0": "agentsearch.envs.math:MathEnv",
     "agentsearch/Vision-v0": "agentsearch.envs.vision:VisionEnv",
+    "agentsearch/KeyChain-v0": "agentsearch.envs.keychain:KeyChainEnv",
 }
 
 

@@ -40,6 +40,10 @@ class SearchEnvConfig(TextEnvConfig):
     """The synthetic world whose questions and corpus are used when nothing else is given."""
     world_entities: int | None = None
     """Size of that world (None: the default 1,400 entities)."""
+    world_questions: str = "default"
+    """Which questions of that world: ``"default"`` (single, bridge, comparison) or ``"chains"``
+    (k-hop chain questions, k = 1-4, ``type="chain{k}"``; the same corpus and index;
+    ``agentsearch.data.chains``)."""
     questions: str | None = None
     """A question file (JSONL/JSON/Search-R1 parquet) instead of the world's ``split``."""
     index: str | None = None
@@ -151,7 +155,8 @@ class SearchEnv(TextEnv):
             from agentsearch.data import world_dir
 
             split = self.config.split
-            path = world_dir(seed=self.config.world_seed, entities=self.config.world_entities) / f"{split}.jsonl"
+            path = world_dir(seed=self.config.world_seed, entities=self.config.world_entities,
+                             questions=self.config.world_questions) / f"{split}.jsonl"
             if not path.exists():
                 raise ValueError(f"the synthetic world has no split {split!r}; use train, dev or test")
             rows = _load_rows(path)

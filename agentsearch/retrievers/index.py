@@ -31,7 +31,7 @@ from agentsearch.retrievers.store import (
     staging,
 )
 
-__all__ = ["KINDS", "build_index", "load_retriever", "world_index", "main"]
+__all__ = ["KINDS", "build_index", "load_retriever", "world_index", "folder_index", "main"]
 
 # kind -> module whose import registers it (imported only when that kind is used)
 KINDS: dict[str, str] = {
@@ -105,15 +105,23 @@ def load_retriever(index: str | Path | list, **kw) -> Retriever:
 
 
 def world_index(seed: int = 0, kind: str = "bm25s", entities: int | None = None, **kw) -> Path:
-    """The index of the synthetic world ``world_dir(seed, entities)``, built on first use.
+    """The index of the synthetic world ``world_dir(seed, entities)``, built on first use
+    (``folder_index``; chain questions share it: same corpus)."""
+    from agentsearch.data import world_dir
+
+    return folder_index(world_dir(seed=seed, entities=entities), kind, **kw)
+
+
+def folder_index(world: str | Path, kind: str = "bm25s", **kw) -> Path:
+    """The ``kind`` index of ``WORLD/corpus.jsonl`` (a generated world's folder), built on
+    first use.
 
     Cached under ``$AGENTSEARCH_CACHE/indexes``; concurrent first uses each build into a
     private folder and the first rename wins, so readers never see a partial index.
     """
     from agentsearch.core.cache import cache_dir, publish_dir
-    from agentsearch.data import world_dir
 
-    world = world_dir(seed=seed, entities=entities)
+    world = Path(world)
     # A non-default encoder is part of the cache key; threads and the like are not.
     tag = "-" + re.sub(r"[^A-Za-z0-9._-]+", "_", str(kw["encoder"]))[-60:] if kw.get("encoder") else ""
     out = cache_dir() / "indexes" / f"world-{world.name}-{kind}{tag}"
