@@ -29,7 +29,7 @@ def cmd_world(a) -> int:
 
     cfg = WorldConfig(seed=a.seed) if a.entities is None else WorldConfig(seed=a.seed, entities=a.entities)
     if a.questions == "keychain":
-        from agentsearch.data.keychain import write_keychain_world
+        from agentsearch.data.keychain_world import write_keychain_world
 
         paths = write_keychain_world(a.out, seed=a.seed)
     elif a.questions == "chains":

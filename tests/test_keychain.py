@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from agentsearch.data import read_jsonl
-from agentsearch.data.keychain import write_keychain_world
+from agentsearch.data.keychain_world import write_keychain_world
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Follow a chain of keys by search: ``agentsearch/KeyChain-v0``.
 
-The corpus is a key-chain world (``agentsearch.data.keychain``): each document is titled by a
+The corpus is a key-chain world (``agentsearch.data.keychain_world``): each document is titled by a
 random key and names the next key; the last link of a chain holds its payload. The question
 gives a chain's first key; the answer is the payload. A search for a key returns its link
 first (``topk=1`` by default: the link and nothing else), so the task measures one thing, the
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentsearch.data.keychain import KEYCHAIN_HOPS
+from agentsearch.data.keychain_world import KEYCHAIN_HOPS
 from agentsearch.envs.search import SearchEnv, SearchEnvConfig, _filter_types, _load_rows
 
 __all__ = ["KeyChainEnv", "KeyChainEnvConfig", "KEYCHAIN_PROMPT"]
@@ -29,7 +29,7 @@ class KeyChainEnvConfig(SearchEnvConfig):
     """Settings of ``KeyChainEnv`` (plus those of ``SearchEnvConfig``)."""
 
     keychain_seed: int = 0
-    """The key-chain world (``agentsearch.data.keychain.keychain_dir``)."""
+    """The key-chain world (``agentsearch.data.keychain_world.keychain_dir``)."""
     hops: tuple[int, ...] = KEYCHAIN_HOPS
     """Chain lengths the world holds (each split has the same number of chains per length)."""
     topk: int = 1
@@ -48,7 +48,7 @@ class KeyChainEnv(SearchEnv):
     Config = KeyChainEnvConfig
 
     def _world(self):
-        from agentsearch.data.keychain import keychain_dir
+        from agentsearch.data.keychain_world import keychain_dir
 
         return keychain_dir(seed=self.config.keychain_seed, hops=self.config.hops)
 
