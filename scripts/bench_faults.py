@@ -35,6 +35,7 @@ trained again. ``--out`` (default ``runs/bench_faults``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -44,35 +45,42 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
+
 from agentsearch.recipes.crash_trials import compare_runs
 from agentsearch.recipes.runner import subprocess_env
 from agentsearch.retrievers import serve_in_thread, world_index
 from agentsearch.retrievers.chaos import create_chaos_app
 from agentsearch.retrievers.process import ServerProcess
+from agentsearch.trainer.metrics import read_metrics
 
 CONDITIONS = {"none": {}, "outage": {}, "errors": {"error_rate": 0.10}, "stalls": {"stall_rate": 0.05, "stall_s": 2.0}}
 TRAIN = ["steps=20", "eval.every=10", "checkpoint_every=10", "threads=1", "tensorboard=false"]
-INFRA_KEYS = ("rollout/infra_", "health/infra_", "retrieval/")  # what faults may change
+INFRA_KEYS = ("rollout/infra_", "health/infra_")  # what faults may change
 
 
 def say(msg: str) -> None:
     print(f"[bench_faults {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def _records(run: Path) -> list[dict]:
-    path = run / "metrics.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+def _records(run: Path) -> list[dict]:  # also while it is being written
+    return read_metrics(run) if (run / "metrics.jsonl").exists() else []
 
 
 def train_with_fault(run: Path, condition: str, seed: int, args) -> dict:
     """One training run under ``condition``; returns what the bench saw of it (``fault.json``)."""
     run.mkdir(parents=True, exist_ok=True)
-    server = ServerProcess(world_index(seed=0, kind="bm25s"), threads=1, log=run / "server.log").start()
-    proxy = None
-    url = server.url
-    if CONDITIONS[condition]:
-        proxy = serve_in_thread(create_chaos_app(server.url, seed=seed, **CONDITIONS[condition]))
-        url = proxy.__enter__()
+    with contextlib.ExitStack() as stack:  # the server and the proxy stop however the run ends
+        server = stack.enter_context(ServerProcess(world_index(seed=0, kind="bm25s"), threads=1,
+                                                   log=run / "server.log"))
+        url = server.url
+        if CONDITIONS[condition]:
+            url = stack.enter_context(serve_in_thread(create_chaos_app(server.url, seed=seed,
+                                                                       **CONDITIONS[condition])))
+        return _play(run, condition, seed, args, server, url)
+
+
+def _play(run: Path, condition: str, seed: int, args, server: ServerProcess, url: str) -> dict:
     cmd = [sys.executable, "-m", "agentsearch", "train", "--preset", "tiny", "--out", str(run),
            f"seed={seed}", f"env_kwargs.index={url}?micro_batch=false", *TRAIN, *args.overrides]
     t0 = time.monotonic()
@@ -105,13 +113,7 @@ def train_with_fault(run: Path, condition: str, seed: int, args) -> dict:
         reader.join(timeout=10)
     for r in _records(run):
         seen.setdefault(r["step"], time.monotonic() - t0)
-    chaos = None
-    if proxy is not None:
-        import httpx
-
-        chaos = httpx.get(url + "/chaos", timeout=5).json()
-        proxy.__exit__(None, None, None)
-    server.stop()
+    chaos = httpx.get(url + "/chaos", timeout=5).json() if url != server.url else None
     first = next((t for t, line in warnings if "infrastructure error" in line), None)
     first_fault = (chaos or {}).get("first_fault_monotonic")
     fault_at = killed_at if condition == "outage" else (first_fault - t0 if first_fault else None)

@@ -22,8 +22,6 @@ prints the summary as one JSON line; ``tests/test_crash_trials.py`` runs two tri
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import random
 import shutil
@@ -39,6 +37,7 @@ import torch
 from agentsearch.core.failpoints import ENV_VAR
 from agentsearch.recipes.runner import subprocess_env
 from agentsearch.trainer.checkpoint import latest_checkpoint
+from agentsearch.trainer.metrics import read_metrics
 
 __all__ = ["TRIAL_OVERRIDES", "CRASH_POINTS", "Trial", "run_trials", "compare_runs", "is_timing"]
 
@@ -49,7 +48,6 @@ TRIAL_OVERRIDES = ["steps=8", "prompts_per_step=4", "group_size=4", "checkpoint_
 
 CRASH_POINTS = ("checkpoint:model@2", "checkpoint:files@1", "checkpoint:renamed@3", "loop:logged@4")
 """Where the first trials die: ``NAME@N`` is the N-th pass (the 2nd checkpoint, step 4, ...)."""
-
 
 
 def is_timing(key: str) -> bool:
@@ -79,65 +77,32 @@ def _train_cmd(run: Path, overrides: list[str], preset: str, resume: bool) -> li
 
 
 def _logged_steps(run: Path) -> list[int]:
-    path = run / "metrics.jsonl"
-    if not path.exists():
-        return []
-    steps = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            steps.append(json.loads(line)["step"])
-        except (ValueError, KeyError):
-            pass  # a line cut by the kill
-    return steps
+    return [r["step"] for r in read_metrics(run)] if (run / "metrics.jsonl").exists() else []
 
 
 def _run(run: Path, overrides: list[str], preset: str, *, resume: bool = False, crash_at: str | None = None,
-         kill_after_s: float | None = None, timeout_s: float = 900) -> tuple[int, float]:
-    """Run training (or its resume) to the end, or until killed; ``(returncode, seconds)``."""
+         kill_after_s: float | None = None, timeout_s: float = 900) -> tuple[int, float, float | None]:
+    """Run training (or its resume) to the end, or SIGKILL it ``kill_after_s`` seconds in;
+    ``(returncode, seconds, seconds until metrics.jsonl appeared or None)``."""
     env = subprocess_env(threads=1)
     env.pop(ENV_VAR, None)
     if crash_at:
         env[ENV_VAR] = crash_at
-    log = open(run.parent / f"{run.name}.log", "ab")
-    t0 = time.monotonic()
-    proc = subprocess.Popen(_train_cmd(run, overrides, preset, resume), env=env, stdout=log, stderr=log)
-    try:
-        proc.wait(timeout=kill_after_s if kill_after_s is not None else timeout_s)
-    except subprocess.TimeoutExpired:
-        if kill_after_s is None:
-            proc.kill()
-            raise
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    finally:
-        log.close()
-    return proc.returncode, time.monotonic() - t0
-
-
-def _first_record_s(run: Path, overrides: list[str], preset: str) -> tuple[float, float]:
-    """Train the reference run, noting when its first metrics record appeared; returns
-    ``(seconds to the first record, seconds in all)``."""
-    env = subprocess_env(threads=1)
-    env.pop(ENV_VAR, None)
-    log = open(run.parent / f"{run.name}.log", "ab")
-    t0 = time.monotonic()
-    proc = subprocess.Popen(_train_cmd(run, overrides, preset, False), env=env, stdout=log, stderr=log)
+    limit = kill_after_s if kill_after_s is not None else timeout_s
     first = None
-    while proc.poll() is None:
-        if first is None and (run / "metrics.jsonl").exists():
-            first = time.monotonic() - t0
-        time.sleep(0.05)
-    log.close()
-    if proc.returncode != 0:
-        raise RuntimeError(f"the reference run failed (exit {proc.returncode}); see {run}.log")
-    total = time.monotonic() - t0
-    return (first if first is not None else 0.0), total
-
-
-def _digest(obj) -> str:
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return hashlib.sha256(buf.getvalue()).hexdigest()
+    with open(run.parent / f"{run.name}.log", "ab") as log:
+        t0 = time.monotonic()
+        proc = subprocess.Popen(_train_cmd(run, overrides, preset, resume), env=env, stdout=log, stderr=log)
+        while proc.poll() is None:
+            if first is None and (run / "metrics.jsonl").exists():
+                first = time.monotonic() - t0
+            if time.monotonic() - t0 > limit:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                if kill_after_s is None:
+                    raise subprocess.TimeoutExpired(proc.args, timeout_s)
+            time.sleep(0.05)
+    return proc.returncode, time.monotonic() - t0, first
 
 
 def compare_runs(ref: Path, run: Path, ignore: tuple[str, ...] = ()) -> list[str]:
@@ -149,8 +114,8 @@ def compare_runs(ref: Path, run: Path, ignore: tuple[str, ...] = ()) -> list[str
         dup = sorted({s for s in steps if steps.count(s) > 1})
         gap = sorted(set(want) - set(steps))
         problems.append(f"logged steps {steps} != {want} (duplicates {dup}, missing {gap})")
-    recs = {r["step"]: r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())}
-    for r in map(json.loads, (ref / "metrics.jsonl").read_text().splitlines()):
+    recs = {r["step"]: r for r in read_metrics(run)}
+    for r in read_metrics(ref):
         got = recs.get(r["step"], {})
         for k, v in r.items():
             if not is_timing(k) and not (ignore and k.startswith(ignore)) and got.get(k) != v:
@@ -164,7 +129,7 @@ def compare_runs(ref: Path, run: Path, ignore: tuple[str, ...] = ()) -> list[str
             problems.append(f"{name}/replay.pt differs from the reference's")
         sa = torch.load(a / "trainer.pt", weights_only=False)["state"]["sampler"]
         sb = torch.load(b / "trainer.pt", weights_only=False)["state"]["sampler"]
-        if _digest(sa) != _digest(sb):
+        if sa != sb:  # plain lists and the numpy bit generator's state (ints)
             problems.append(f"{name}: the task sampler's state differs from the reference's")
     if not ref_ckpts & run_ckpts:
         problems.append(f"no checkpoint step in common: {sorted(ref_ckpts)} vs {sorted(run_ckpts)}")
@@ -186,7 +151,10 @@ def run_trials(out: str | Path, n: int = 10, *, seed: int = 0, preset: str = "ti
     overrides = list(TRIAL_OVERRIDES if overrides is None else overrides)
     rng = random.Random(seed)
     t0 = time.monotonic()
-    first_s, total_s = _first_record_s(out / "reference", overrides, preset)
+    rc, total_s, first_s = _run(out / "reference", overrides, preset)
+    if rc != 0:
+        raise RuntimeError(f"the reference run failed (exit {rc}); see {out / 'reference'}.log")
+    first_s = first_s or 0.0
     log(f"crash trials: reference run {total_s:.1f} s (first record at {first_s:.1f} s)")
     trials = []
     for i in range(n):
@@ -200,13 +168,13 @@ def run_trials(out: str | Path, n: int = 10, *, seed: int = 0, preset: str = "ti
             after = None if point else rng.uniform(first_s, total_s) * (0.5 if resume else 1.0)
             if after is not None:
                 trial.kill += ("random@" if not resume else ", again@") + f"{after:.1f}s"
-            rc, _ = _run(run, overrides, preset, resume=resume, crash_at=point, kill_after_s=after)
+            rc, _, _ = _run(run, overrides, preset, resume=resume, crash_at=point, kill_after_s=after)
             if rc != -signal.SIGKILL:
                 trial.problems.append(f"kill {k + 1}: the run was not killed (exit {rc})")
         logged = _logged_steps(run)
         trial.killed_at_step = logged[-1] if logged else -1
         ckpt = latest_checkpoint(run)
-        rc, _ = _run(run, overrides, preset, resume=True)
+        rc, _, _ = _run(run, overrides, preset, resume=True)
         if rc != 0:
             trial.problems.append(f"the resume failed (exit {rc}); see {run}.log")
         else:

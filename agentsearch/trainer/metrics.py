@@ -47,18 +47,7 @@ class MetricsLogger:
         """Drop records of steps after ``step`` (a resumed run re-logs them), and a last line
         cut short by a crash mid-write; the file is replaced atomically."""
         self._f.close()
-        lines = [line for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        keep = []
-        for i, line in enumerate(lines):
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                if i == len(lines) - 1:
-                    break  # the process died while writing it
-                raise ValueError(f"{self.path}: line {i + 1} is not JSON (and not the last line): "
-                                 f"{line[:80]!r}") from None
-            if rec.get("step", 0) <= step:
-                keep.append(line)
+        keep = [line for line, rec in _records(self.path) if rec.get("step", 0) <= step]
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
         os.replace(tmp, self.path)
@@ -83,11 +72,28 @@ class MetricsLogger:
             self._wandb.finish()
 
 
+def _records(path: Path) -> list[tuple[str, dict]]:
+    """``(line, record)`` of each line of a ``metrics.jsonl``. A last line that is not JSON was
+    cut by a crash (or is being written) and is left out; one earlier is an error."""
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    out = []
+    for i, line in enumerate(lines):
+        try:
+            out.append((line, json.loads(line)))
+        except ValueError:
+            if i < len(lines) - 1:
+                raise ValueError(f"{path}: line {i + 1} is not JSON (and not the last line): "
+                                 f"{line[:80]!r}") from None
+    return out
+
+
 def read_metrics(run_dir: str | Path) -> list[dict]:
+    """The records of ``RUN_DIR/metrics.jsonl`` (also while it is being written, or after a
+    crash: a cut last line is left out)."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"no metrics.jsonl in {run_dir}")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [rec for _, rec in _records(path)]
 
 
 def progress_line(m: dict, last_eval: dict) -> str:
