@@ -29,11 +29,12 @@ demo: $(STAMP_BASE)
 # lint-imports: the layer and no-cycle contracts in pyproject.toml ([tool.importlinter])
 # The Pyserini tests run in a process of their own: the JVM shares nothing with the rest of
 # the suite (with it in process, full runs died now and then with a bare SIGSEGV after the
-# first Lucene test; docs/install.md).
+# first Lucene test; docs/install.md). PYTHONFAULTHANDLER=1: a crash prints every thread's
+# Python stack, also after pytest is done (tests/conftest.py: the exit skips native teardown).
 test: $(STAMP_TEST)
 	$(VENV)/bin/lint-imports --no-logo --no-cache
-	AGENTSEARCH_REQUIRE_EXTRAS=1 $(PY) -m pytest -m "not pyserini"
-	AGENTSEARCH_REQUIRE_EXTRAS=1 $(PY) -m pytest -m pyserini
+	PYTHONFAULTHANDLER=1 AGENTSEARCH_REQUIRE_EXTRAS=1 $(PY) -m pytest -m "not pyserini"
+	PYTHONFAULTHANDLER=1 AGENTSEARCH_REQUIRE_EXTRAS=1 $(PY) -m pytest -m pyserini
 
 install: $(STAMP_BASE)
 install-test: $(STAMP_TEST)
