@@ -74,7 +74,7 @@ def my_kind():
 def test_registered_replay_kind_is_reachable_from_config(my_kind):
     from agentsearch.replay.strategies import BUILTIN_KINDS
 
-    assert replay_kinds() == list(BUILTIN_KINDS) + ["my_kind"]  # built-ins first
+    assert replay_kinds() == list(BUILTIN_KINDS) + ["success_only", "my_kind"]  # built-ins first
     for overrides in (["replay.kind=my_kind"], ["replay=my_kind", "replay.k_rep=3"]):
         cfg = apply_overrides(TrainConfig, "tiny", overrides + ["seed=5"])
         assert cfg.replay.kind == "my_kind"
@@ -88,11 +88,12 @@ def test_registered_replay_kind_is_reachable_from_config(my_kind):
 def test_builtin_replay_kinds_go_through_the_same_registry():
     from agentsearch.replay import strategies
 
-    assert sorted(strategies._REGISTRY.names()) == sorted(BUILTIN_REPLAY)
-    for kind in BUILTIN_REPLAY:
+    assert sorted(strategies._REGISTRY.names()) == sorted(BUILTIN_REPLAY + ["success_only"])
+    for kind in BUILTIN_REPLAY + ["success_only"]:
         cfg = apply_overrides(TrainConfig, "tiny", [f"replay={kind}"])
         buf = build_replay(cfg)
-        assert isinstance(buf, HeadroomDriftBuffer) and buf.name == kind
+        core = buf.buffer if kind == "success_only" else buf  # success_only wraps a naive buffer
+        assert isinstance(core, HeadroomDriftBuffer) and core.name == kind
     with pytest.raises(ValueError, match="built-in"):
         register_replay("hdr", NaiveWithLog)
     with pytest.raises(ValueError, match="built-in"):

@@ -1,11 +1,11 @@
 """Where the shipped assets live (``agentsearch/data/assets/``): the world tokenizer, the
-ChatML tool-call template, and the shipped base model ``tiny-base``."""
+ChatML tool-call template, and the shipped base models (``tiny-base``, ``tiny-chain-base``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["ASSETS", "TOKENIZER_DIR", "CHAT_TEMPLATE", "BASE_DIR"]
+__all__ = ["ASSETS", "TOKENIZER_DIR", "CHAT_TEMPLATE", "BASE_DIR", "BASE_DIRS"]
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 TOKENIZER_DIR = ASSETS / "tokenizer"
@@ -14,3 +14,6 @@ CHAT_TEMPLATE = ASSETS / "chatml_tools.jinja"
 """The ChatML template that renders ``tools=`` (given to tokenizers that lack one)."""
 BASE_DIR = ASSETS / "tiny-base"
 """The shipped base model (``scripts/build_base.py`` writes it; ``models.load_base`` reads it)."""
+BASE_DIRS = {"tiny-base": BASE_DIR, "tiny-chain-base": ASSETS / "tiny-chain-base"}
+"""Every shipped base by name: ``tiny-base`` (the demo world) and ``tiny-chain-base`` (the hard
+world of k-hop chain questions)."""

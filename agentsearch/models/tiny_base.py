@@ -17,13 +17,16 @@ import json
 from pathlib import Path
 
 from agentsearch.core.config import ConfigError
-from agentsearch.data.paths import BASE_DIR, TOKENIZER_DIR
+from agentsearch.data.paths import BASE_DIR, BASE_DIRS, TOKENIZER_DIR
 
-__all__ = ["BASE_DIR", "BASE_RECIPE", "REBUILD_HINT", "check_base", "tokenizer_fingerprint"]
+__all__ = ["BASE_DIR", "BASE_DIRS", "BASE_RECIPE", "BASE_RECIPES", "REBUILD_HINT", "check_base", "tokenizer_fingerprint"]
 
 BASE_RECIPE = "base-tiny"
 """The preset (``agentsearch/configs/base-tiny.yaml``) that ``scripts/build_base.py`` builds."""
-REBUILD_HINT = "rebuild it with: python scripts/build_base.py (about 25 minutes on 2 CPU cores)"
+BASE_RECIPES = {"tiny-base": BASE_RECIPE, "tiny-chain-base": "base-chains"}
+"""The recipe preset of every shipped base (``data.paths.BASE_DIRS`` says where it lives)."""
+REBUILD_HINT = ("rebuild it with: python scripts/build_base.py [--base tiny-chain-base] "
+                "(25-40 minutes on 2 CPU cores)")
 
 
 def tokenizer_fingerprint(folder: Path) -> str:

@@ -1,10 +1,11 @@
-"""Building the shipped base ``tiny-base`` (``scripts/build_base.py`` calls ``build``).
+"""Building the shipped bases (``scripts/build_base.py`` calls ``build``).
 
-The recipe is the preset ``agentsearch/configs/base-tiny.yaml``; ``build`` runs its warm start from the
-seeded random ``tiny`` model (deterministic on CPU for a given torch), evaluates it on the
-recipe's dev questions, and writes the model folder with ``build.json``. ``recipe()`` and
-``code_fingerprint()`` are what a test compares with the shipped ``build.json``: when they
-differ, the shipped base is not what this code would build.
+Each base has a recipe preset (``tiny_base.BASE_RECIPES``: ``tiny-base`` from
+``configs/base-tiny.yaml``, ``tiny-chain-base`` from ``configs/base-chains.yaml``); ``build``
+runs its warm start from the seeded random ``tiny`` model (deterministic on CPU for a given
+torch), evaluates it on the recipe's dev questions, and writes the model folder with
+``build.json``. ``recipe(base=)`` and ``code_fingerprint(base)`` are what a test compares with
+the shipped ``build.json``: when they differ, the shipped base is not what this code would build.
 """
 
 from __future__ import annotations
@@ -17,16 +18,19 @@ import os
 import time
 from pathlib import Path
 
-from agentsearch.models.tiny_base import BASE_DIR, BASE_RECIPE, tokenizer_fingerprint
+from agentsearch.data.paths import BASE_DIRS
+from agentsearch.models.tiny_base import BASE_RECIPES, tokenizer_fingerprint
 
 __all__ = ["recipe", "code_fingerprint", "build"]
 
 
-def _config(overrides: list[str] | None = None):
+def _config(overrides: list[str] | None = None, base: str = "tiny-base"):
     from agentsearch.core.config import apply_overrides
     from agentsearch.trainer.train_config import TrainConfig
 
-    return apply_overrides(TrainConfig, BASE_RECIPE, list(overrides or []))
+    if base not in BASE_RECIPES:
+        raise ValueError(f"unknown shipped base {base!r}; choose from {sorted(BASE_RECIPES)}")
+    return apply_overrides(TrainConfig, BASE_RECIPES[base], list(overrides or []))
 
 
 # the TrainConfig fields a base depends on (a new RL-only field must not make the base stale)
@@ -34,32 +38,36 @@ BUILD_KEYS = ("env", "env_kwargs", "model", "seed", "dtype", "lora", "max_turns"
               "prompts_per_step", "group_size", "threads", "sft", "eval")
 
 
-def recipe(overrides: list[str] | None = None) -> dict:
+def recipe(overrides: list[str] | None = None, base: str = "tiny-base") -> dict:
     """The resolved recipe's ``BUILD_KEYS`` as a plain dict (what ``build.json`` records)."""
-    full = json.loads(json.dumps(dataclasses.asdict(_config(overrides)), default=str))
+    full = json.loads(json.dumps(dataclasses.asdict(_config(overrides, base)), default=str))
     return {k: full[k] for k in BUILD_KEYS}
 
 
-def code_fingerprint() -> str:
+def code_fingerprint(base: str = "tiny-base") -> str:
     """sha256 of the code that makes the base's training data and trains it: the world
-    generator, the oracle population and its transcript filter, the SFT loop and its
-    optimizer schedule, and the shipped tokenizer. A change to any of them means the shipped
-    base is stale."""
+    generator (and, for ``tiny-chain-base``, its chain questions), the oracle population and
+    its transcript filter, the SFT loop and its optimizer schedule, and the shipped tokenizer.
+    A change to any of them means the shipped base is stale."""
     from agentsearch.algorithms import optim
-    from agentsearch.data import world
+    from agentsearch.data import chains, world
     from agentsearch.data.paths import TOKENIZER_DIR
-    from agentsearch.warmstart import search_oracle, sft
+    from agentsearch.warmstart import chain_oracle, search_oracle, sft
 
+    modules = (world, search_oracle, sft, optim)
+    if base == "tiny-chain-base":
+        modules = (world, chains, search_oracle, chain_oracle, sft, optim)
     h = hashlib.sha256()
-    for module in (world, search_oracle, sft, optim):
+    for module in modules:
         h.update(inspect.getsource(module).encode())
     h.update((TOKENIZER_DIR / "tokenizer.json").read_bytes())
     return h.hexdigest()
 
 
-def build(out: str | Path = BASE_DIR, overrides: list[str] | None = None) -> dict:
-    """Train the base from the recipe (plus ``overrides``, for experiments) into ``out``;
-    returns the build record. Prints one progress line per 100 steps."""
+def build(out: str | Path | None = None, overrides: list[str] | None = None, base: str = "tiny-base") -> dict:
+    """Train the shipped base ``base`` from its recipe (plus ``overrides``, for experiments)
+    into ``out`` (default: its folder in the package); returns the build record. Prints one
+    progress line per 100 steps."""
     import torch
 
     from agentsearch.core.cache import publish_dir
@@ -70,21 +78,22 @@ def build(out: str | Path = BASE_DIR, overrides: list[str] | None = None) -> dic
     from agentsearch.trainer.setup import build_envs, git_revision, seed_everything
     from agentsearch.warmstart.stages import warm_start
 
-    cfg = _config(overrides)
+    cfg = _config(overrides, base)
+    out = BASE_DIRS[base] if out is None else out
     seed_everything(cfg.seed)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     t0 = time.perf_counter()
     model, tok = load_model(cfg.model, seed=cfg.seed)
     envs = build_envs(cfg, cfg.prompts_per_step * cfg.group_size, split="train")
-    print(f"[build_base] recipe {BASE_RECIPE}: warm start of {cfg.model}", flush=True)
+    print(f"[build_base] {base}, recipe {BASE_RECIPES[base]}: warm start of {cfg.model}", flush=True)
     metrics = warm_start(cfg, model, tok, envs, make_envs=build_envs)
     t_train = time.perf_counter() - t0
     print(f"[build_base] trained in {t_train:.0f} s; evaluating on {cfg.eval.split}", flush=True)
     denv, dtasks = eval_envs(cfg)
     dev = evaluate(HFBackend(model, tok), denv, dtasks, **eval_settings(cfg))
-    record = {"recipe": recipe(overrides), "preset": BASE_RECIPE, "overrides": list(overrides or []),
-              "code_sha256": code_fingerprint(), "tokenizer_sha256": tokenizer_fingerprint(TOKENIZER_DIR),
+    record = {"recipe": recipe(overrides, base), "preset": BASE_RECIPES[base], "overrides": list(overrides or []),
+              "code_sha256": code_fingerprint(base), "tokenizer_sha256": tokenizer_fingerprint(TOKENIZER_DIR),
               "git": git_revision(), "torch": torch.__version__, "built": time.strftime("%Y-%m-%d %H:%M"),
               "train_seconds": round(t_train, 1), "warm_start": metrics, "eval": dev}
     out = Path(out)

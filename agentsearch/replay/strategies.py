@@ -11,7 +11,11 @@ every line of ingress, eviction, scanning, statistics and checkpointing:
 - ``headroom_only``: HDR's order (cached headroom, descending), no gate;
 - ``drift_only``: HDR's gate, random order;
 - ``hdr``: Headroom-Drift Replay. Variants by argument: ``drift_kind="l1"`` (the L1
-  gate baseline), ``headroom_weighting="advantage"``.
+  gate baseline), ``headroom_weighting="advantage"``;
+- ``success_only``: ``naive``'s choice (k_rep groups uniformly, no gate, no scoring), but
+  only the groups' *successful* responses are replayed, with their stored (positive)
+  advantages: success-only replay in the manner of RLEP (arXiv 2507.07451) and
+  self-imitation; the failed responses stay in the buffer, unused.
 
 Example::
 
@@ -138,6 +142,53 @@ def _builtin(kind: str) -> Callable[..., ReplayStrategy]:
     return factory
 
 
+class SuccessOnlyReplay:
+    """``success_only``: a ``naive`` buffer whose selections keep only the successful
+    responses of each chosen group (module docstring). Everything else (ingress, eviction,
+    metrics, checkpoints) is the buffer's."""
+
+    def __init__(self, **kwargs: Any):
+        self.buffer = _builtin("naive")(**kwargs)
+        self.buffer.name = "success_only"
+
+    def add(self, groups: Sequence[ReplayGroup], step: int) -> int:
+        return self.buffer.add(groups, step)
+
+    def select(self, score_fn: ScoreFn | None, step: int, *, extra: int = 0) -> Selection:
+        sel = self.buffer.select(score_fn, step, extra=extra)
+        kept = [_successful_rows(g, self.buffer.success_threshold) for g in sel.accepted]
+        sel.accepted = [g for g in kept if g is not None]
+        sel.stats["replay/success_rows"] = float(sum(g.token_ids.shape[0] for g in sel.accepted))
+        return sel
+
+    def metrics(self) -> dict[str, float]:
+        return self.buffer.metrics()
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.buffer.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.buffer.load_state_dict(state)
+
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+
+def _successful_rows(g: ReplayGroup, threshold: float) -> ReplayGroup | None:
+    """A new group of ``g``'s successful responses only (their stored advantages and
+    logprobs), or None when it has none. ``g`` itself, stored, is left as it is."""
+    rows = g.successes(threshold).nonzero().flatten()
+    if rows.numel() == 0:
+        return None
+    pick = lambda t: None if t is None else t[rows]  # noqa: E731
+    return ReplayGroup(prompt_id=g.prompt_id, token_ids=g.token_ids[rows], action_mask=g.action_mask[rows],
+                       gen_logprobs=g.gen_logprobs[rows], advantages=g.advantages[rows], rewards=g.rewards[rows],
+                       answer_correct=pick(g.answer_correct), born_step=g.born_step,
+                       cached_headroom=g.cached_headroom, replay_count=g.replay_count,
+                       pixel_values=None if g.pixel_values is None else [g.pixel_values[int(i)] for i in rows])
+
+
 for _kind in BUILTIN_KINDS:  # the built-ins go through the same registry as a user's kinds
     register_replay(_kind, _builtin(_kind), _builtin=True)
 del _kind
+register_replay("success_only", SuccessOnlyReplay, _builtin=True)

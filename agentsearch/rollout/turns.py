@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from agentsearch.envs.text_env import TextEnv, observation_text
 from agentsearch.rollout.backends import Generation, SamplingParams, derive_seed
@@ -78,6 +78,24 @@ class RolloutStats:
     reward_components: dict[str, float] = field(default_factory=dict)
     extra_metrics: dict[str, float] = field(default_factory=dict)
     """Keys a rollout adds to ``metrics()`` (``GroupPool``: its ``async/*`` keys)."""
+
+    def merged(self, other: RolloutStats) -> RolloutStats:
+        """Two rollouts of one step as one: counts and seconds add; the per-episode means
+        (``answer_correct``, ``reward_mean``, ``reward_components``) are weighted by episodes."""
+        means = ("answer_correct", "reward_mean", "reward_components", "extra_metrics")
+        a, b = self.episodes, other.episodes
+
+        def mean(x: float, y: float) -> float:
+            return (x * a + y * b) / max(a + b, 1)
+
+        out = RolloutStats(**{f.name: getattr(self, f.name) + getattr(other, f.name)
+                              for f in fields(self) if f.name not in means})
+        out.answer_correct = mean(self.answer_correct, other.answer_correct)
+        out.reward_mean = mean(self.reward_mean, other.reward_mean)
+        out.reward_components = {k: mean(self.reward_components.get(k, 0.0), other.reward_components.get(k, 0.0))
+                                 for k in {**self.reward_components, **other.reward_components}}
+        out.extra_metrics = {**self.extra_metrics, **other.extra_metrics}
+        return out
 
     def metrics(self) -> dict[str, float]:
         n = max(self.episodes, 1)

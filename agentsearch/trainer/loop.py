@@ -107,7 +107,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
     envs = build_envs(cfg, n_episodes, split="train")
     events.own(envs)  # their tools and retriever clients close with the loop
     preflight(envs[0], loop=events)
-    sampler = TaskSampler(envs[0].tasks, seed=cfg.seed)
+    sampler = TaskSampler(envs[0].tasks, seed=cfg.seed, skip=cfg.prompt_skip, explore=cfg.prompt_skip_explore)
     eval_env_list, eval_tasks = eval_envs(cfg)
     events.own(eval_env_list)
     scorer = make_score_fn(model, temperature=cfg.generation.temperature)

@@ -7,6 +7,10 @@ steps (``async.oversample`` / ``async.replay_topup``: ``rollout.pool``). It owns
 sampler's position for checkpoints: a resume replays a rollout that was played ahead of its
 update (the sampler state from before it), or restarts the pool's untrained groups.
 
+With ``regenerate_rounds`` (DAPO's dynamic sampling with regeneration) a lock-step step plays
+more rounds on new prompts until it holds ``prompts_per_step`` groups with signal; every
+rollout reports its groups' outcomes to the sampler (GRESO-style skipping, ``prompt_skip``).
+
 ``fresh_groups`` turns episodes into GRPO groups scored by the trainer (the ratio
 denominator and the replay state) and sends stale ones through the drift gate.
 """
@@ -72,6 +76,8 @@ class StepRollouts:
             self.failed = True
             return e
         self.untrained += 1
+        if self.pool:  # (lock-step rollouts report each round in _play)
+            self.sampler.observe(out[0], self.cfg.group_size)
         return out
 
     def trained(self) -> None:
@@ -84,13 +90,43 @@ class StepRollouts:
             return self.pool.take(cfg.prompts_per_step, enough=learned if cfg.async_.replay_topup else None,
                                   min_take=math.ceil(cfg.prompts_per_step / 2))
         self._sampler_before = self.sampler.state_dict()
-        tasks = self.sampler.sample(cfg.prompts_per_step)
-        params = replace(self.sampling, seed=derive_seed(cfg.seed, step))  # the rollout derives each turn's
+        first = self._play(step, self.sampler.sample(cfg.prompts_per_step))
+        return self._regenerate(step, first) if cfg.regenerate_rounds else first
+
+    async def _play(self, step: int, tasks: list[dict], *tag):
+        """``group_size`` episodes of each task, seeded by the step (and ``tag``: a regeneration
+        round); the groups' outcomes go to the sampler."""
+        cfg = self.cfg
+        params = replace(self.sampling, seed=derive_seed(cfg.seed, step, *tag))  # the rollout derives each turn's
         kw = dict(n_per_task=cfg.group_size, max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len,
-                  seed=derive_seed(cfg.seed, step, "reset"))
+                  seed=derive_seed(cfg.seed, step, "reset", *tag))
         if self.stream:
-            return astream_rollout(self.envs, tasks, self.stream, params, **kw)
-        return arollout(self.envs, tasks, self.backend, params, **kw)
+            episodes, stats = await astream_rollout(self.envs, tasks, self.stream, params, **kw)
+        else:
+            episodes, stats = await arollout(self.envs, tasks, self.backend, params, **kw)
+        self.sampler.observe(episodes, cfg.group_size)
+        return episodes, stats
+
+    async def _regenerate(self, step: int, first):
+        """DAPO's dynamic sampling with regeneration (``regenerate_rounds``): while fewer than
+        ``prompts_per_step`` groups have signal, play that many new prompts again. The step keeps
+        the groups with signal first, then zero-variance ones, ``prompts_per_step`` in all; every
+        round's cost stays in its stats."""
+        cfg, n, b = self.cfg, self.cfg.group_size, self.cfg.prompts_per_step
+        episodes, stats = await first
+        groups = [episodes[i:i + n] for i in range(0, len(episodes), n)]
+        rounds = 0
+        while rounds < cfg.regenerate_rounds and (need := b - sum(map(_has_signal, groups))) > 0:
+            rounds += 1
+            more, extra = await self._play(step, self.sampler.sample(need), "regenerate", rounds)
+            groups += [more[i:i + n] for i in range(0, len(more), n)]
+            stats = stats.merged(extra)
+        signal = [g for g in groups if _has_signal(g)]
+        kept = (signal + [g for g in groups if not _has_signal(g)])[:b]
+        stats.extra_metrics.update({"dynamic/rounds": float(rounds), "dynamic/groups_played": float(len(groups)),
+                                    "dynamic/groups_with_signal": float(min(len(signal), b)),
+                                    "dynamic/zero_variance_frac_played": 1.0 - len(signal) / len(groups)})
+        return [e for g in kept for e in g], stats
 
     def sync(self, model) -> None:
         """New weights to the engine (the stream engine tags later turns with the new version)."""
@@ -99,7 +135,10 @@ class StepRollouts:
             engine.sync(model)
 
     def metrics(self) -> dict[str, float]:
-        return {"async/restarts": float(getattr(self.stream, "restarts", 0))} if self.stream else {}
+        out = self.sampler.metrics()
+        if self.stream:
+            out["async/restarts"] = float(getattr(self.stream, "restarts", 0))
+        return out
 
     def state_dict(self) -> dict:
         """For a checkpoint: a resume plays again a rollout that was played ahead (or stopped
@@ -109,6 +148,12 @@ class StepRollouts:
             return {"sampler": self.sampler.state_dict(),
                     "pool": self.pool.state_dict(last_take_trained=self.untrained == 0)}
         return {"sampler": self._sampler_before if self.untrained or self.failed else self.sampler.state_dict()}
+
+
+def _has_signal(group: list) -> bool:
+    """Not zero-variance: the group's episodes got different rewards (as ``zero_variance_mask``)."""
+    rewards = [e.reward for e in group]
+    return max(rewards) - min(rewards) > 1e-8
 
 
 def fresh_groups(cfg: TrainConfig, episodes: list, step: int, version: int, tok, score_fn):

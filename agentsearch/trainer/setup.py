@@ -181,29 +181,72 @@ def build_envs(cfg: TrainConfig, count: int, split: str = "train", questions: st
 
 
 class TaskSampler:
-    """Seeded epoch-wise shuffling over a task list; its state is checkpointed."""
+    """Seeded epoch-wise shuffling over a task list; its state is checkpointed.
 
-    def __init__(self, tasks: list[dict], seed: int):
+    ``skip > 0`` adds GRESO-style pre-rollout filtering (``TrainConfig.prompt_skip``): a task
+    whose last ``skip`` visits all gave zero-variance groups (``observe``) is passed over,
+    except with probability ``explore``. When as many tasks in a row as there are tasks were
+    skipped (all are skippable), the next is taken as it comes. With ``skip=0`` the order is exactly the plain shuffle's."""
+
+    def __init__(self, tasks: list[dict], seed: int, skip: int = 0, explore: float = 0.1):
         if not tasks:
             raise ConfigError("the training split has no tasks")
         self.tasks = tasks
         self.rng = np.random.default_rng(seed)
         self.order: list[int] = []
+        self.skip, self.explore = skip, explore
+        self.history: dict[str, list[bool]] = {}  # task id -> its last `skip` visits: zero-variance?
+        self.skipped = 0  # tasks passed over since the last metrics()
+
+    def _skippable(self, task: dict) -> bool:
+        seen = self.history.get(str(task.get("id", "")), [])
+        return len(seen) == self.skip and all(seen)
 
     def sample(self, k: int) -> list[dict]:
-        out = []
+        out, streak = [], 0  # streak: tasks skipped in a row (as many as there are tasks: all skippable)
         while len(out) < k:
             if not self.order:
                 self.order = self.rng.permutation(len(self.tasks)).tolist()
-            out.append(self.tasks[self.order.pop()])
+            task = self.tasks[self.order.pop()]
+            if self.skip and streak < len(self.tasks) and self._skippable(task) \
+                    and self.rng.random() >= self.explore:
+                self.skipped, streak = self.skipped + 1, streak + 1
+                continue
+            out.append(task)
+            streak = 0
+        return out
+
+    def observe(self, episodes: list, n: int) -> None:
+        """Record, per group of ``n`` episodes (task-major), whether it was zero-variance."""
+        if not self.skip:
+            return
+        for i in range(0, len(episodes) - n + 1, n):
+            rewards = [e.reward for e in episodes[i:i + n]]
+            seen = self.history.setdefault(str(episodes[i].task_id), [])
+            seen.append(max(rewards) - min(rewards) <= 1e-8)  # as advantages.zero_variance_mask
+            del seen[:-self.skip]
+
+    def metrics(self) -> dict[str, float]:
+        """``sampler/skipped`` (since the last call) and ``sampler/skippable`` (tasks the rule
+        would skip now); empty when skipping is off."""
+        if not self.skip:
+            return {}
+        out = {"sampler/skipped": float(self.skipped),
+               "sampler/skippable": float(sum(len(h) == self.skip and all(h) for h in self.history.values()))}
+        self.skipped = 0
         return out
 
     def state_dict(self) -> dict:
-        return {"rng": self.rng.bit_generator.state, "order": list(self.order)}
+        state = {"rng": self.rng.bit_generator.state, "order": list(self.order)}
+        if self.skip:
+            state.update(history={k: list(v) for k, v in self.history.items()}, skipped=self.skipped)
+        return state
 
     def load_state_dict(self, s: dict) -> None:
         self.rng.bit_generator.state = s["rng"]
         self.order = list(s["order"])
+        self.history = {k: list(v) for k, v in s.get("history", {}).items()}
+        self.skipped = int(s.get("skipped", 0))
 
 
 def build_replay(cfg: TrainConfig):

@@ -109,15 +109,23 @@ class SFTConfig:
     """Oracle turns open with a short ``<think>`` sentence (off: shorter turns for tiny models)."""
     strategies: dict = field(default_factory=lambda: {"thorough": 1.0})
     """Shares of the oracle population in SFT (``agentsearch.warmstart.search_oracle.STRATEGIES``:
-    ``thorough``, ``one_search``); they differ only in when they stop searching. For
-    ``agentsearch/Vision-v0``: ``look`` / ``crop`` / ``guess`` (``warmstart/vision_oracle.py``)."""
+    ``thorough``, ``one_search``); they differ only in when they stop searching. Chain
+    questions (``env_kwargs.world_questions=chains``): ``thorough``, ``stop1``..``stop3``
+    (``warmstart/chain_oracle.py``). For ``agentsearch/Vision-v0``: ``look`` / ``crop`` /
+    ``guess`` (``warmstart/vision_oracle.py``)."""
     pretrain_strategies: dict | None = None
     """The population's shares in pretraining (None: ``strategies``)."""
     log_every: int = 100
     """Print a progress line every N warm-start steps (0 = never)."""
 
     def __post_init__(self):
+        from agentsearch.warmstart.chain_oracle import check_chain_strategies
         from agentsearch.warmstart.search_oracle import check_strategies
+
+        def check_vision(shares):  # vision_oracle.VISION_STRATEGIES
+            if not set(shares) <= {"look", "crop", "guess"} or any(v < 0 for v in shares.values()) \
+                    or abs(sum(shares.values()) - 1) > 1e-6:
+                raise ValueError(f"vision shares must be of look/crop/guess, non-negative, summing to 1: {shares}")
 
         for name in ("strategies", "pretrain_strategies"):
             value = getattr(self, name)
@@ -125,13 +133,17 @@ class SFTConfig:
                 continue
             try:
                 shares = dict(value)
-                if shares and set(shares) <= {"look", "crop", "guess"}:  # vision_sft.VISION_STRATEGIES
-                    if any(v < 0 for v in shares.values()) or abs(sum(shares.values()) - 1) > 1e-6:
-                        raise ValueError(f"shares must be non-negative and sum to 1: {shares}")
-                    continue
-                check_strategies(shares)
             except (TypeError, ValueError) as e:
                 raise ConfigError(f"sft.{name}: {e}") from None
+            errors = []
+            for check in (check_strategies, check_chain_strategies, check_vision):  # one population's shares
+                try:
+                    check(shares)
+                    break
+                except ValueError as e:
+                    errors.append(str(e))
+            else:
+                raise ConfigError(f"sft.{name}: {errors[0]} (or chain questions: {errors[1]})")
         if self.pretrain_worlds < 1:
             raise ConfigError(f"sft.pretrain_worlds={self.pretrain_worlds} must be >= 1")
 
@@ -221,6 +233,19 @@ class TrainConfig:
     """Divide group-centred rewards by the group std (GRPO) or not (Dr. GRPO)."""
     dynamic_sampling: bool = False
     """Drop zero-variance groups from the update (DAPO); their share is logged either way."""
+    regenerate_rounds: int = 0
+    """With ``dynamic_sampling``: up to this many extra rollout rounds per step on new prompts,
+    each replacing the step's zero-variance groups, until it holds ``prompts_per_step`` groups
+    with signal (DAPO's dynamic sampling with regeneration, arXiv 2503.14476; the extra
+    generation and tool time count in the step). 0: zero-variance groups are only dropped.
+    Lock-step rollout (``async.enabled=false``) only."""
+    prompt_skip: int = 0
+    """GRESO-style pre-rollout filtering (arXiv 2506.02177): skip a training prompt whose last
+    ``prompt_skip`` visits all gave zero-variance groups (0 = off). Skips are logged
+    (``sampler/skipped``); a prompt the rule would skip is still tried with probability
+    ``prompt_skip_explore``, so one the policy has grown into can come back."""
+    prompt_skip_explore: float = 0.1
+    """Probability that a prompt ``prompt_skip`` would skip is visited anyway."""
     overlong_buffer: int = 0
     """DAPO soft overlong shaping over the last N tokens of the policy-token budget
     (``max_response_tokens``; 0 = off)."""
@@ -332,6 +357,15 @@ class TrainConfig:
             problems.append(f"overlong_buffer={self.overlong_buffer} exceeds the policy-token budget "
                             f"{self.response_budget}, so even an empty response would be penalised: "
                             "lower overlong_buffer or raise max_response_tokens")
+        if self.regenerate_rounds < 0 or (self.regenerate_rounds and not self.dynamic_sampling):
+            problems.append(f"regenerate_rounds={self.regenerate_rounds} needs dynamic_sampling=true and must "
+                            "be >= 0 (it regenerates the groups dynamic sampling drops)")
+        if self.regenerate_rounds and self.async_.enabled:
+            problems.append("regenerate_rounds with async.enabled: regeneration runs after a lock-step "
+                            "rollout; set async.enabled=false")
+        if self.prompt_skip < 0 or not 0.0 <= self.prompt_skip_explore <= 1.0:
+            problems.append(f"prompt_skip={self.prompt_skip} must be >= 0 and prompt_skip_explore="
+                            f"{self.prompt_skip_explore} in [0, 1]")
         problems += self.async_.problems(self.generation.backend) + self.reliability.problems()
         if self.async_.max_staleness >= 1 and self.loss == "gspo":
             problems.append("async.max_staleness=1 with loss=gspo: the decoupled objective weights "

@@ -33,6 +33,7 @@ from agentsearch.core.progress import Progress
 from agentsearch.envs.search import SearchEnv
 from agentsearch.envs.vision import VisionEnv
 from agentsearch.rollout import Episode
+from agentsearch.warmstart.chain_oracle import chain_oracle_episodes
 from agentsearch.warmstart.search_oracle import oracle_episodes
 from agentsearch.warmstart.sft import sft_train
 from agentsearch.warmstart.vision_oracle import VISION_STRATEGIES, vision_oracle_episodes
@@ -96,6 +97,8 @@ def warm_start(cfg, model, tok, envs, make_envs: Callable[[object, int], list] |
     common = dict(turn_format=kw.get("turn_format", "tags"), think=s.think, noise=s.noise,
                   seed=cfg.seed, max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len,
                   question_types=kw.get("question_types"))
+    # chain questions (the hard world) have their own population: agents that stop too early
+    play = chain_oracle_episodes if kw.get("world_questions", "default") == "chains" else oracle_episodes
     out: dict[str, float] = {}
     if s.pretrain_steps > 0:
         if make_envs is None:
@@ -117,7 +120,7 @@ def warm_start(cfg, model, tok, envs, make_envs: Callable[[object, int], list] |
             eps: list[Episode] = []
             for w in seeds:
                 other = dataclasses.replace(cfg, env_kwargs={**kw, "world_seed": w})
-                eps += oracle_episodes(make_envs(other, len(envs)), tok, world_seed=w,
+                eps += play(make_envs(other, len(envs)), tok, world_seed=w,
                                        world_entities=kw.get("world_entities"), count=s.pretrain_episodes,
                                        **{**common, "strategies": s.pretrain_strategies or s.strategies})
                 if s.log_every:
@@ -131,7 +134,7 @@ def warm_start(cfg, model, tok, envs, make_envs: Callable[[object, int], list] |
                 _save_pretrained(model, out, cached)
             out["sft/pretrain_cached"] = 0.0
     if s.steps > 0:
-        eps = oracle_episodes(envs, tok, world_seed=kw.get("world_seed", 0),
+        eps = play(envs, tok, world_seed=kw.get("world_seed", 0),
                               world_entities=kw.get("world_entities"), count=s.episodes,
                               **{**common, "strategies": s.strategies})
         out.update(sft_train(model, eps, steps=s.steps, lr=s.lr, batch_size=s.batch_size, seed=cfg.seed,

@@ -19,6 +19,15 @@ per step (``prompts_per_step``; 8 in ``tiny``) and k its replay budget (``replay
   groups from the update without generating replacements, so the rollout budget stays b, and
   soft overlong shaping over the last 20% of the policy-token budget, DAPO's 4,096 of 20,480).
 
+- three cheaper ways to avoid wasted groups (``--methods cheap``; all on-policy, loss ``grpo``):
+  ``dynamic_sampling`` (DAPO's dynamic sampling *with regeneration*: zero-variance groups are
+  dropped and new prompts played, up to 4 more rounds, until the step holds b groups with
+  signal; their generation counts in the step), ``greso`` (GRESO-style: a prompt whose last two
+  visits were zero-variance is skipped, tried anyway with probability 0.1) and
+  ``success_replay`` (``replay.kind=success_only``: k stored groups uniformly, only their
+  successful responses replayed). ``--methods hard`` is the hard world's comparison: on-policy
+  matched and larger, naive, headroom-only, drift-only, HDR and these three.
+
 - the asynchronous rollout (``--methods async``: ``hdr`` beside its variants): ``hdr_streaming``
   (``async.enabled=true``: every episode on its own, no turn barrier) and ``hdr_overlap``
   (also ``async.max_staleness=1``: the next step's rollout runs while this step updates);
@@ -76,14 +85,18 @@ from agentsearch.recipes.runner import (
 warnings.filterwarnings("ignore", message="The pynvml package is deprecated")
 
 GSPO = ["loss=gspo", "clip_low=3e-4", "clip_high=4e-4"]
+REGENERATE_ROUNDS = 4  # dynamic_sampling: at most 4 more rollout rounds per step fill the batch with signal
 CISPO = ["loss=cispo"]
 REPLAY = ["on_policy", "on_policy_larger", "naive", "recency", "headroom_only", "drift_only", "hdr"]
 LOSSES = ["gspo_on_policy", "gspo_hdr", "cispo_on_policy", "cispo_hdr", "dapo_on_policy", "dapo_hdr"]
 ASYNC = ["hdr_streaming", "hdr_overlap", "hdr_oversample", "hdr_topup"]
+CHEAP = ["dynamic_sampling", "greso", "success_replay"]
+HARD = ["on_policy", "on_policy_larger", "naive", "headroom_only", "drift_only", "hdr", *CHEAP]
 SEARCH_R1 = {"search_r1_equivalent": "search-r1-equivalent", "full_stack": "full-stack",
              "full_stack_async": "full-stack"}
 SEARCH_R1_OVERRIDES = {"full_stack_async": ["async.enabled=true", "async.max_staleness=1"]}
-ALIASES = {"all": REPLAY + LOSSES, "replay": REPLAY, "losses": LOSSES, "async": ["hdr", *ASYNC]}
+ALIASES = {"all": REPLAY + LOSSES, "replay": REPLAY, "losses": LOSSES, "async": ["hdr", *ASYNC],
+           "cheap": CHEAP, "hard": HARD}
 
 
 @dataclass
@@ -113,6 +126,9 @@ def method_overrides(method: str, b: int, budget: int) -> list[str]:
         "gspo_on_policy": ["replay.kind=none", *GSPO], "gspo_hdr": ["replay.kind=hdr", *GSPO],
         "cispo_on_policy": ["replay.kind=none", *CISPO], "cispo_hdr": ["replay.kind=hdr", *CISPO],
         "dapo_on_policy": ["replay.kind=none", *dapo], "dapo_hdr": ["replay.kind=hdr", *dapo],
+        "dynamic_sampling": ["replay.kind=none", "dynamic_sampling=true", f"regenerate_rounds={REGENERATE_ROUNDS}"],
+        "greso": ["replay.kind=none", "prompt_skip=2"],
+        "success_replay": ["replay.kind=success_only"],
         "hdr_streaming": ["replay.kind=hdr", "async.enabled=true"],
         "hdr_overlap": ["replay.kind=hdr", "async.enabled=true", "async.max_staleness=1"],
         "hdr_oversample": ["replay.kind=hdr", "async.enabled=true", "async.max_staleness=1",
@@ -124,7 +140,7 @@ def method_overrides(method: str, b: int, budget: int) -> list[str]:
 
 
 def parse_methods(text: str, search_r1: bool) -> list[str]:
-    known = list(SEARCH_R1) if search_r1 else REPLAY + LOSSES + ASYNC
+    known = list(SEARCH_R1) if search_r1 else REPLAY + LOSSES + ASYNC + CHEAP
     out: list[str] = []
     for item in (t.strip() for t in text.split(",") if t.strip()):
         names = ALIASES.get(item, [item]) if not search_r1 else (known if item == "all" else [item])
@@ -275,8 +291,8 @@ def main() -> int:
     ap.add_argument("--out", default="runs/replay_suite", help="suite folder (runs, analysis, summary)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--methods", default="all",
-                    help=f"comma-separated methods or groups: {', '.join(REPLAY + LOSSES)}; groups "
-                         f"all, replay, losses. With --search-r1: {', '.join(SEARCH_R1)}")
+                    help=f"comma-separated methods or groups: {', '.join(REPLAY + LOSSES + CHEAP + ASYNC)}; "
+                         f"groups {', '.join(ALIASES)}. With --search-r1: {', '.join(SEARCH_R1)}")
     ap.add_argument("--steps", type=int, default=None, help="optimizer steps of every run (default: the preset's)")
     ap.add_argument("--parallel", type=int, default=2, help="runs at a time")
     ap.add_argument("--threads-per-run", type=int, default=1, help="torch threads per run")

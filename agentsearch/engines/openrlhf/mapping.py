@@ -58,6 +58,9 @@ FIELDS: dict[str, str] = {
     "advantage_scale": "`std` -> `group_norm`, `none` -> `dr_grpo` (group estimators, as replay needs)",
     "dynamic_sampling": "refused: OpenRLHF's dynamic filtering resamples prompts to refill the batch; "
                         "ours drops zero-signal groups without drawing more",
+    "regenerate_rounds": "with `dynamic_sampling` (refused)",
+    "prompt_skip": "refused unless 0: the prompts are OpenRLHF's dataset, sampled by its own dataloader",
+    "prompt_skip_explore": "with `prompt_skip`",
     "overlong_buffer": "refused unless 0: OpenRLHF measures one generation against max_new_tokens, ours "
                        "an episode's policy tokens against `max_response_tokens`",
     "overlong_penalty": "with `overlong_buffer`", "max_response_tokens": "with `overlong_buffer`",
@@ -131,6 +134,11 @@ def refusals(t, extra_args: list[str] = ()) -> list[str]:
         out.append("train.clip_low=None (no lower clip): OpenRLHF's eps_clip_low_high needs a number")
     if t.dynamic_sampling:
         out.append("train.dynamic_sampling: " + FIELDS["dynamic_sampling"].removeprefix("refused: "))
+    if t.replay.kind == "success_only":
+        out.append("train.replay.kind=success_only: its replayed groups hold fewer than group_size rows; "
+                   "OpenRLHF's experience slots hold group_size")
+    if t.prompt_skip:
+        out.append("train.prompt_skip > 0: " + FIELDS["prompt_skip"].split(": ", 1)[1])
     if t.overlong_buffer > 0:
         out.append("train.overlong_buffer > 0: " + FIELDS["overlong_buffer"].split(": ", 1)[1])
     if t.kl_coef > 0 and t.agg == "sequence":
