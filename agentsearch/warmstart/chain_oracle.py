@@ -93,7 +93,11 @@ def chain_oracle_episodes(envs, tok, *, world_seed: int = 0, world_entities: int
                           noise: float = 0.0) -> list[Episode]:
     """Play the chain population on ``count`` shuffled train questions of the chain world
     ``world_seed`` through ``envs`` (a batch of ``len(envs)`` at a time); keep the transcripts
-    whose answer appears in what the env showed. ``noise`` is refused (no detours here)."""
+    whose answer appears in what the env showed. ``noise`` is refused (no detours here).
+
+    Its play loop repeats ``search_oracle.oracle_episodes``'s on purpose: ``tiny-base``'s build
+    record fingerprints that module's source, so sharing the loop would mark the shipped base
+    stale without changing one transcript."""
     from agentsearch.data import read_jsonl, world_dir
     from agentsearch.data.loaders import split_contents
 
