@@ -203,3 +203,11 @@ def test_success_only_replays_only_the_successful_responses():
     again = make_replay("success_only", capacity=8, k_rep=1, seed=0)
     again.load_state_dict(state)
     assert len(again) == 1
+
+
+def test_pass_at_k_hand_worked():
+    from agentsearch.trainer.eval import pass_at_k
+
+    assert pass_at_k(8, 1, 4) == pytest.approx(1 - 35 / 70)  # C(7,4) / C(8,4)
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert pass_at_k(8, 0, 8) == 0.0 and pass_at_k(8, 2, 8) == 1.0 and pass_at_k(8, 5, 4) == 1.0

@@ -76,7 +76,8 @@ def episodes_to_groups(episodes: Sequence[Episode], n: int, step: int, *, pad_id
     metrics = {"groups/fresh": float(G), "groups/zero_variance_frac": float(zero_var.float().mean()),
                "groups/all_correct_frac": float(sum(bool(g.answer_correct is not None and g.answer_correct.all())
                                                     for g in groups)) / max(G, 1),
-               "groups/reward_std_mean": float(rewards.std(dim=1).mean()) if n > 1 else 0.0}
+               "groups/reward_std_mean": float(rewards.std(dim=1).mean()) if n > 1 else 0.0,
+               "groups/abs_advantage_mean": float(adv.abs().mean())}
     return groups, metrics
 
 

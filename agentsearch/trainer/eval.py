@@ -4,7 +4,8 @@ A *benchmark* is a bucket of questions: the ``data_source`` field when the rows 
 (Search-R1 parquet: nq, hotpotqa, ...), else the synthetic world's question ``type``
 (single, bridge, comparison), else one bucket ``all``. For each question, ``n`` episodes
 are played (greedy when ``temperature`` is 0); Mean@n is the mean of ``answer_correct``
-over the n samples, Best@n whether any of them was correct. ``macro`` averages the
+over the n samples, Best@n whether any of them was correct; with n > 1 also pass@1, pass@4
+and pass@8 (those k <= n), by the unbiased estimator from the n samples. ``macro`` averages the
 benchmarks equally, ``weighted`` by their sizes (= the plain mean over questions).
 
 Which questions: ``eval.limit`` N (0 = all). When every row has a ``data_source`` and there
@@ -30,7 +31,7 @@ import numpy as np
 from agentsearch.core.config import ConfigError
 from agentsearch.rollout import EventLoop, SamplingParams, rollout
 
-__all__ = ["evaluate", "eval_settings", "eval_envs", "sample_per_source", "cli_policy", "main"]
+__all__ = ["evaluate", "eval_settings", "eval_envs", "sample_per_source", "cli_policy", "main", "pass_at_k"]
 
 PER_SOURCE = ("equal", "proportional", "first")
 
@@ -117,9 +118,11 @@ def evaluate(backend, envs, tasks: list[dict], *, n: int = 1, temperature: float
                               seed=seed, max_seq_len=max_seq_len, loop=loop)
     per_bucket: dict[str, list[tuple[float, float]]] = defaultdict(list)
     behaviour: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    wins = []
     for i, task in enumerate(tasks):
         eps = episodes[i * n:(i + 1) * n]
         correct = [bool(e.answer_correct) for e in eps]
+        wins.append(sum(correct))
         per_bucket[_bucket(task)].append((sum(correct) / n, float(any(correct))))
         behaviour[_bucket(task)] += [_behaviour(e) for e in eps]
     out: dict[str, float] = {}
@@ -134,6 +137,9 @@ def evaluate(backend, envs, tasks: list[dict], *, n: int = 1, temperature: float
     out[f"{prefix}/mean_at_n"] = sum(v[0] for v in all_vals) / max(len(all_vals), 1)
     out[f"{prefix}/best_at_n"] = sum(v[1] for v in all_vals) / max(len(all_vals), 1)
     out[f"{prefix}/macro_mean_at_n"] = sum(out[f"{prefix}/{b}/mean_at_n"] for b in buckets) / max(len(buckets), 1)
+    for k in (1, 4, 8):  # pass@k, the unbiased estimator from n samples (Chen et al. 2021)
+        if 1 < k <= n or (k == 1 and n > 1):
+            out[f"{prefix}/pass_at_{k}"] = sum(pass_at_k(n, c, k) for c in wins) / max(len(wins), 1)
     out[f"{prefix}/n"] = float(n)
     out[f"{prefix}/questions"] = float(len(tasks))
     out[f"{prefix}/turns_mean"] = stats.turns / max(stats.episodes, 1)
@@ -143,6 +149,13 @@ def evaluate(backend, envs, tasks: list[dict], *, n: int = 1, temperature: float
     if samples_to is not None:
         write_samples(episodes, tasks, n, samples_to, tokenizer=getattr(backend, "tokenizer", None))
     return out
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """P(at least one of k samples is correct) given c correct of n: 1 - C(n-c, k) / C(n, k)."""
+    from math import comb
+
+    return 1.0 - comb(n - c, k) / comb(n, k) if n - c >= k else 1.0
 
 
 def _behaviour(ep) -> tuple[float, float, float]:

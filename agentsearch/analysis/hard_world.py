@@ -1,0 +1,155 @@
+"""The hard world's comparison, read from run folders (docs/results/hard_world.md).
+
+On top of ``pareto.analyse`` (curves, target, time to target) this adds what the issue asks
+of every method, per latency setting:
+
+- ``pilot_rule(points, budget)``: the pre-registered rule, true when the best score in the
+  first quarter of the budget is below 90% of the score at the budget;
+- final dev score: mean, std and a bootstrap 95% interval over seeds (``bootstrap_ci``);
+- costs to the target: training seconds, episodes and tool calls until the first evaluation
+  at or above it (``costs_to``), from the per-step ``rollout/episodes`` and
+  ``rollout/tool_calls``;
+- the area under the score-vs-wall-clock curve up to a common horizon, as a time-averaged
+  score (``area_under``);
+- mechanism averages per method over the run (``MECHANISM``): zero-variance share, mean
+  |advantage|, replay accept rate, entropy, regeneration rounds, skipped prompts; and the
+  final score per hop count (``eval/chain{k}/mean_at_n``).
+
+Pure functions of the records; ``report`` writes ``hard_world.md`` and ``hard_world.csv``.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from pathlib import Path
+
+from agentsearch.analysis.runs import MethodCurve, Run, cell, write_csv
+
+__all__ = ["pilot_rule", "bootstrap_ci", "costs_to", "area_under", "method_table", "report", "MECHANISM"]
+
+MECHANISM = {"zero_var": "groups/zero_variance_frac", "abs_adv": "groups/abs_advantage_mean",
+             "accept": "replay/accept_rate", "entropy": "rollout/entropy", "regen_rounds": "dynamic/rounds",
+             "skipped": "sampler/skipped", "replayed_rows": "replay/success_rows"}
+"""Per-step metrics averaged over a run (name -> metrics.jsonl key); absent keys stay empty."""
+
+
+def pilot_rule(points: list[tuple[float, float, int]], budget: int) -> dict:
+    """The pilot rule at ``budget`` steps on a curve of (seconds, score, step): F = the score
+    at the last evaluation at or before ``budget``, E = the best score at steps 1..budget/4
+    (step 0, the base, is not learning); accepted iff E < 0.9 F."""
+    upto = [p for p in points if p[2] <= budget]
+    early = [p[1] for p in upto if 0 < p[2] <= budget / 4]
+    if not upto or not early or upto[-1][2] < budget:
+        return {"budget": budget, "accepted": None, "why": "the curve does not reach this budget"}
+    final, best_early = upto[-1][1], max(early)
+    return {"budget": budget, "final": final, "best_early": best_early, "ratio": best_early / final if final else None,
+            "accepted": best_early < 0.9 * final}
+
+
+def bootstrap_ci(xs: list[float], n_boot: int = 10_000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``xs`` (resampling with replacement)."""
+    if not xs:
+        raise ValueError("bootstrap_ci needs at least one value")
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(xs, k=len(xs))) for _ in range(n_boot))
+    lo = means[int((1 - level) / 2 * (n_boot - 1))]
+    hi = means[int((1 + level) / 2 * (n_boot - 1))]
+    return lo, hi
+
+
+def costs_to(run: Run, target: float) -> dict:
+    """Seconds, step, episodes and tool calls up to the first evaluation scoring >= ``target``
+    (all None when none does). Episodes and tool calls add the per-step records up to that step."""
+    hit = next((p for p in run.points if p[1] >= target - 1e-12), None)
+    if hit is None:
+        return {"seconds": None, "step": None, "episodes": None, "tool_calls": None}
+    steps = {r["step"]: r for r in run.records if isinstance(r.get("step"), int)}  # a re-logged step: its last record
+    upto = [r for s, r in steps.items() if 0 < s <= hit[2]]
+    return {"seconds": hit[0], "step": hit[2], "episodes": sum(float(r.get("rollout/episodes", 0)) for r in upto),
+            "tool_calls": sum(float(r.get("rollout/tool_calls", 0)) for r in upto)}
+
+
+def area_under(points: list[tuple[float, float, int]], horizon: float) -> float | None:
+    """The time-averaged score over [0, horizon]: the curve held at each evaluation's score
+    until the next one (a step function, as a model is used until the next is evaluated),
+    its area divided by ``horizon``. None without points or horizon."""
+    if not points or not horizon or horizon <= 0:
+        return None
+    area, pts = 0.0, sorted(points)
+    for (t0, q, _), nxt in zip(pts, pts[1:] + [(horizon, None, None)]):
+        t1 = min(nxt[0], horizon)
+        if t1 > t0:
+            area += q * (t1 - max(t0, 0.0))
+        if nxt[0] >= horizon:
+            break
+    return area / horizon
+
+
+def _mean_metric(run: Run, key: str) -> float | None:
+    xs = [float(r[key]) for r in run.records if isinstance(r.get("step"), int) and r["step"] > 0
+          and isinstance(r.get(key), (int, float))]
+    return statistics.fmean(xs) if xs else None
+
+
+def _mean(xs: list) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.fmean(xs) if xs else None
+
+
+def method_table(result: dict, hops: tuple[int, ...] = (1, 2, 3, 4)) -> list[dict]:
+    """One row per method of a ``pareto.analyse`` result (module docstring)."""
+    methods: list[MethodCurve] = result["_methods"]
+    target = (result.get("target") or {}).get("score")
+    horizon = (result.get("target") or {}).get("baseline_train_seconds")
+    rows = []
+    for m in methods:
+        runs = m.usable
+        if not runs:
+            continue
+        finals = [r.final for r in runs]
+        mean, std = statistics.fmean(finals), (statistics.stdev(finals) if len(finals) > 1 else 0.0)
+        lo, hi = bootstrap_ci(finals)
+        costs = [costs_to(r, target) for r in runs] if target is not None else []
+        reached = [c for c in costs if c["seconds"] is not None]
+        row = {"method": m.label, "seeds": len(runs), "final_mean": mean, "final_std": std, "ci_lo": lo, "ci_hi": hi,
+               "train_s_mean": statistics.fmean(r.train_seconds for r in runs),
+               "reached": f"{len(reached)}/{len(runs)}",
+               "time_to_target": _mean([c["seconds"] for c in reached]),
+               "ratio": _mean([c["seconds"] / horizon for c in reached]) if horizon else None,
+               "episodes_to_target": _mean([c["episodes"] for c in reached]),
+               "tool_calls_to_target": _mean([c["tool_calls"] for c in reached]),
+               "auc": _mean([area_under(r.points, horizon) for r in runs]) if horizon else None}
+        for name, key in MECHANISM.items():
+            row[name] = _mean([_mean_metric(r, key) for r in runs])
+        for k in hops:
+            key = f"eval/chain{k}/mean_at_n"
+            row[f"final_k{k}"] = _mean([next((rec[key] for rec in reversed(r.records) if key in rec), None)
+                                        for r in runs])
+        rows.append(row)
+    return rows
+
+
+def report(result: dict, out: Path, title: str = "") -> list[Path]:
+    """``hard_world.md`` (the table) and ``hard_world.csv`` into ``out``; returns the paths."""
+    rows = method_table(result)
+    out.mkdir(parents=True, exist_ok=True)
+    tgt = result.get("target") or {}
+    lines = [f"### {title}" if title else "", "",
+             f"Target {cell(tgt.get('score'))} ({tgt.get('reason', 'none')}); horizon for the area "
+             f"{cell(tgt.get('baseline_train_seconds'), '.0f')} s.", "",
+             "| method | seeds | final dev EM (mean ± std) | 95% CI | train s | reached | time to target (s) | "
+             "ratio | episodes to target | tool calls to target | time-avg EM | k=1 | k=2 | k=3 | k=4 | "
+             "zero-var share | mean abs A |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['method']} | {r['seeds']} | {cell(r['final_mean'], '.3f')} ± {cell(r['final_std'], '.3f')} | "
+                     f"[{cell(r['ci_lo'], '.3f')}, {cell(r['ci_hi'], '.3f')}] | {cell(r['train_s_mean'], '.0f')} | "
+                     f"{r['reached']} | {cell(r['time_to_target'], '.0f', 'never')} | {cell(r['ratio'], '.2f', '-')} | "
+                     f"{cell(r['episodes_to_target'], '.0f', '-')} | {cell(r['tool_calls_to_target'], '.0f', '-')} | "
+                     f"{cell(r['auc'], '.3f')} | " + " | ".join(cell(r[f'final_k{k}'], '.3f') for k in (1, 2, 3, 4))
+                     + f" | {cell(r['zero_var'], '.2f')} | {cell(r['abs_adv'], '.3f')} |")
+    md = out / "hard_world.md"
+    md.write_text("\n".join(lines) + "\n")
+    csv = write_csv(out / "hard_world.csv", rows)
+    return [md, csv]

@@ -1,0 +1,72 @@
+"""The hard world's analysis (agentsearch.analysis.hard_world) on hand-worked curves: the
+pilot rule, the bootstrap interval, costs to target and the time-averaged score."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentsearch.analysis.hard_world import area_under, bootstrap_ci, costs_to, method_table, pilot_rule
+from agentsearch.analysis.pareto import analyse
+from agentsearch.analysis.runs import load_run
+
+
+def _curve(scores: dict[int, float], seconds_per_step: float = 10.0):
+    return [(step * seconds_per_step, q, step) for step, q in sorted(scores.items())]
+
+
+def test_pilot_rule_hand_worked():
+    slow = _curve({0: 0.05, 20: 0.10, 40: 0.14, 60: 0.18, 80: 0.20, 100: 0.22, 150: 0.26, 200: 0.30})
+    r = pilot_rule(slow, 200)  # first quarter: steps 20, 40 -> best 0.14 < 0.9 * 0.30
+    assert r["accepted"] is True and r["best_early"] == 0.14 and r["final"] == 0.30
+    fast = _curve({0: 0.05, 20: 0.28, 40: 0.29, 100: 0.30, 200: 0.30})
+    assert pilot_rule(fast, 200)["accepted"] is False  # 0.29 >= 0.27
+    assert pilot_rule(slow, 100) == pytest.approx({"budget": 100, "final": 0.22, "best_early": 0.10,
+                                                   "ratio": 0.10 / 0.22, "accepted": True})
+    assert pilot_rule(slow, 300)["accepted"] is None  # the curve stops at 200
+
+
+def test_area_under_is_a_step_function_average():
+    pts = [(0.0, 0.1, 0), (10.0, 0.3, 1), (30.0, 0.5, 2)]
+    assert area_under(pts, 40.0) == pytest.approx((0.1 * 10 + 0.3 * 20 + 0.5 * 10) / 40)
+    assert area_under(pts, 20.0) == pytest.approx((0.1 * 10 + 0.3 * 10) / 20)
+    assert area_under([], 10.0) is None and area_under(pts, 0.0) is None
+
+
+def test_bootstrap_interval_brackets_the_mean_and_collapses_on_one_value():
+    assert bootstrap_ci([0.4]) == (0.4, 0.4)
+    xs = [0.30, 0.32, 0.35, 0.31, 0.40]
+    lo, hi = bootstrap_ci(xs)
+    assert lo < sum(xs) / 5 < hi and 0.30 <= lo and hi <= 0.40
+    assert bootstrap_ci(xs) == (lo, hi)  # seeded
+
+
+def _run(tmp_path, name, evals: dict[int, float], episodes=64, calls=100):
+    d = tmp_path / name
+    d.mkdir()
+    recs = [{"step": 0, "eval/mean_at_n": evals[0], "time/train_cumulative": 0.0}]
+    for s in range(1, max(evals) + 1):
+        rec = {"step": s, "time/train_cumulative": 5.0 * s, "rollout/episodes": episodes,
+               "rollout/tool_calls": calls, "groups/zero_variance_frac": 0.5}
+        if s in evals:
+            rec.update({"eval/mean_at_n": evals[s], "eval/chain4/mean_at_n": evals[s] / 2})
+        recs.append(rec)
+    recs.append(dict(recs[3]))  # a step logged twice (a resume) counts once
+    (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    return d
+
+
+def test_costs_to_target_and_the_method_table(tmp_path):
+    a = _run(tmp_path, "on_policy_larger-s0", {0: 0.1, 4: 0.2, 8: 0.3}, episodes=96)
+    b = _run(tmp_path, "hdr-s0", {0: 0.1, 4: 0.3, 8: 0.32})
+    c = costs_to(load_run(b), 0.3)
+    assert c == {"seconds": 20.0, "step": 4, "episodes": 4 * 64.0, "tool_calls": 400.0}
+    assert costs_to(load_run(a), 0.9)["seconds"] is None
+    result = analyse([a, b], label_by="dir")
+    rows = {r["method"]: r for r in method_table(result)}
+    assert result["target"]["score"] == 0.3 and result["target"]["baseline_train_seconds"] == 40.0
+    assert rows["hdr"]["time_to_target"] == 20.0 and rows["hdr"]["ratio"] == 0.5
+    assert rows["on_policy_larger"]["episodes_to_target"] == 8 * 96.0
+    assert rows["hdr"]["auc"] == pytest.approx((0.1 * 20 + 0.3 * 20) / 40)
+    assert rows["hdr"]["final_k4"] == 0.16 and rows["hdr"]["zero_var"] == 0.5
