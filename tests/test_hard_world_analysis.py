@@ -7,7 +7,13 @@ import json
 
 import pytest
 
-from agentsearch.analysis.hard_world import area_under, bootstrap_ci, costs_to, method_table, pilot_rule
+from agentsearch.analysis.hard_world import (
+    area_under,
+    bootstrap_ci,
+    costs_to,
+    method_table,
+    pilot_rule,
+)
 from agentsearch.analysis.pareto import analyse
 from agentsearch.analysis.runs import load_run
 
