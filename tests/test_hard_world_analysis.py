@@ -76,3 +76,22 @@ def test_costs_to_target_and_the_method_table(tmp_path):
     assert rows["on_policy_larger"]["episodes_to_target"] == 8 * 96.0
     assert rows["hdr"]["auc"] == pytest.approx((0.1 * 20 + 0.3 * 20) / 40)
     assert rows["hdr"]["final_k4"] == 0.16 and rows["hdr"]["zero_var"] == 0.5
+
+
+def test_the_report_command_writes_the_tables_for_a_suite(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    suite = tmp_path / "lat-0.2"
+    suite.mkdir()
+    _run(suite, "on_policy_larger-s0", {0: 0.1, 4: 0.2, 8: 0.3})
+    _run(suite, "hdr-s0", {0: 0.1, 4: 0.3, 8: 0.32})
+    script = Path(__file__).resolve().parent.parent / "scripts" / "experiments" / "hard_world.py"
+    res = subprocess.run([sys.executable, str(script), "report", str(suite)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    line = json.loads(res.stdout.strip().splitlines()[-1])
+    assert line["ok"] and line["target"]["score"] == 0.3 and line["methods"]["hdr"]["ratio"] == 0.5
+    table = (suite / "analysis" / "hard_world.md").read_text()
+    assert "| hdr | 1 | 0.320 ± 0.000 | [0.320, 0.320] |" in table
+    assert (suite / "analysis" / "pareto.png").exists() and (suite / "analysis" / "hard_world.csv").exists()

@@ -1,0 +1,160 @@
+"""The hard world's experiments (docs/results/hard_world.md): pilot, comparison, final evals, report.
+
+    python scripts/experiments/hard_world.py pilot                      # -> runs/hard_world/pilot
+    python scripts/experiments/hard_world.py compare --steps 200 --lr 3e-4 --latency lognormal:0.2
+    python scripts/experiments/hard_world.py finals runs/hard_world/lat-0.2
+    python scripts/experiments/hard_world.py report runs/hard_world/lat-0.2 [more suite folders]
+
+``pilot``: on-policy GRPO on ``tiny-chains`` at two learning rates, 300 steps, no tool latency,
+then the pre-registered rule (``analysis.hard_world.pilot_rule``) at 150/200/300 steps, written
+to ``OUT/pilot/pilot.json`` with the curves' figure.
+
+``compare``: the comparison at one latency into ``OUT/lat-<mean>``, through
+``replay_suite.py --preset tiny-chains``: first every method of ``--methods`` (default: the
+``hard`` group) on seeds 0-2, then ``--key`` methods (default hdr, on_policy_larger,
+dynamic_sampling) on seeds 3-4, so a suite cut short has whole seeds for every method.
+
+``finals``: every finished run's final model scored again: 8 samples at temperature 1 on the
+dev slice (pass@1/4/8) and greedily on a chain world never used in development (world seed
+500); written to ``RUN/final_evals.json`` (a run that has it is skipped).
+
+``report``: per suite folder, ``analysis.hard_world.report`` plus the final evals, into
+``SUITE/analysis/``; one JSON line per suite on stdout.
+
+Every command is resumable: rerun it and finished runs are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from agentsearch.recipes.runner import agentsearch_cli, run_finished, run_parallel, train_run
+
+PRESET = "tiny-chains"
+PILOT_LRS = ("3e-4", "1e-3")
+PILOT_STEPS = 300
+BUDGETS = (150, 200, 300)
+UNSEEN_WORLD = 500
+SUITE = Path(__file__).resolve().parent / "replay_suite.py"
+
+
+def pilot(a) -> int:
+    from agentsearch.analysis.hard_world import pilot_rule
+    from agentsearch.analysis.runs import load_run
+
+    out = Path(a.out) / "pilot"
+    runs = {lr: out / f"on_policy-lr{lr}" for lr in PILOT_LRS}
+    common = ["replay.kind=none", f"steps={PILOT_STEPS}", "eval.every=20", "seed=0", "threads=1", "tensorboard=false"]
+    run_parallel(lambda lr: train_run(runs[lr], PRESET, [*common, f"lr={lr}"], threads=1), list(PILOT_LRS), 2)
+    verdict = {}
+    for lr, run in runs.items():
+        points = load_run(run).points
+        verdict[lr] = {"curve": [[s, round(q, 4)] for _, q, s in points],
+                       "rule": {b: pilot_rule(points, b) for b in BUDGETS}}
+    (out / "pilot.json").write_text(json.dumps(verdict, indent=1))
+    _plot_pilot(verdict, out / "pilot.png")
+    print(json.dumps({lr: {b: v["rule"][b].get("accepted") for b in BUDGETS} for lr, v in verdict.items()}))
+    return 0
+
+
+def _plot_pilot(verdict: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for lr, v in verdict.items():
+        steps, scores = zip(*v["curve"]) if v["curve"] else ((), ())
+        ax.plot(steps, scores, marker="o", label=f"on-policy GRPO, lr {lr}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("dev EM (greedy, 200 questions)")
+    ax.set_title("pilot: tiny-chains, on-policy")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def compare(a) -> int:
+    mean = a.latency.partition(":")[2] or "0"
+    out = Path(a.out) / f"lat-{mean}"
+    base = [sys.executable, str(SUITE), "--preset", PRESET, "--out", str(out), "--latency", a.latency,
+            "--steps", str(a.steps), "--parallel", str(a.parallel), f"lr={a.lr}", "eval.every=20", *a.overrides]
+    rc = subprocess.call([*base, "--methods", a.methods, "--seeds", "0", "1", "2"])
+    if a.key:
+        rc = max(rc, subprocess.call([*base, "--methods", a.key, "--seeds", "3", "4"]))
+    return rc
+
+
+def _final_evals(run: Path) -> dict:
+    log = run / "final_evals.log"
+    dev = json.loads(agentsearch_cli("eval", "--run", str(run), "--n", "8", log=log))
+    unseen = json.loads(agentsearch_cli("eval", "--run", str(run), f"env_kwargs.world_seed={UNSEEN_WORLD}", log=log))
+    keep = ("pass_at_1", "pass_at_4", "pass_at_8", "mean_at_n")
+    res = {"dev_n8": {k: dev.get(f"eval/{k}") for k in keep},
+           "unseen_world": {"world_seed": UNSEEN_WORLD, "mean_at_n": unseen["eval/mean_at_n"],
+                            **{f"chain{k}": unseen.get(f"eval/chain{k}/mean_at_n") for k in (1, 2, 3, 4)}}}
+    (run / "final_evals.json").write_text(json.dumps(res, indent=1))
+    return res
+
+
+def finals(a) -> int:
+    runs = sorted(r for s in a.suites for r in Path(s).iterdir()
+                  if r.is_dir() and run_finished(r) and not (r / "final_evals.json").exists())
+    results = run_parallel(_final_evals, runs, a.parallel)
+    failed = [f"{r}: {e}" for r, e in zip(runs, results) if isinstance(e, BaseException)]
+    print(json.dumps({"evaluated": len(runs) - len(failed), "failed": failed}))
+    return 1 if failed else 0
+
+
+def report(a) -> int:
+    from agentsearch.analysis.hard_world import report as write_report
+    from agentsearch.analysis.pareto import analyse, write_outputs
+
+    for suite in map(Path, a.suites):
+        runs = sorted(r for r in suite.iterdir() if (r / "metrics.jsonl").exists())
+        result = analyse(runs, label_by="dir")
+        if not result["ok"]:
+            print(json.dumps({"suite": str(suite), "ok": False, "messages": result["messages"][-5:]}))
+            continue
+        write_outputs(result, suite / "analysis" / "pareto.png")
+        write_report(result, suite / "analysis", title=f"{suite.name}")
+        evals = {r.name: json.loads((r / "final_evals.json").read_text())
+                 for r in runs if (r / "final_evals.json").exists()}
+        (suite / "analysis" / "final_evals.json").write_text(json.dumps(evals, indent=1))
+        print(json.dumps({"suite": str(suite), "ok": True, "target": result["target"],
+                          "methods": {m["method"]: {"final": m["final_mean"], "ratio": m["ratio_mean"],
+                                                    "reached": m["reached"]} for m in result["methods"]}}))
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("pilot")
+    p.add_argument("--out", default="runs/hard_world")
+    c = sub.add_parser("compare")
+    c.add_argument("--out", default="runs/hard_world")
+    c.add_argument("--steps", type=int, required=True, help="the budget the pilot chose")
+    c.add_argument("--lr", required=True, help="the learning rate the pilot chose")
+    c.add_argument("--latency", default="lognormal:0.2", help="KIND:MEAN_S, or none")
+    c.add_argument("--methods", default="hard")
+    c.add_argument("--key", default="hdr,on_policy_larger,dynamic_sampling", help="methods also run on seeds 3-4")
+    c.add_argument("--parallel", type=int, default=2)
+    c.add_argument("overrides", nargs="*")
+    for name in ("finals", "report"):
+        s = sub.add_parser(name)
+        s.add_argument("suites", nargs="+")
+        s.add_argument("--parallel", type=int, default=2)
+    a = ap.parse_args()
+    return {"pilot": pilot, "compare": compare, "finals": finals, "report": report}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
