@@ -86,6 +86,13 @@ def test_methods_groups_steps_latency_and_overrides(tmp_path):
                                        "hdr_topup-s0"]
     assert "async.max_staleness=1" in specs[2].overrides and "async.enabled=true" not in specs[0].overrides
     assert "async.oversample=2" in specs[3].overrides and "async.replay_topup=true" in specs[4].overrides
+    specs, _ = suite.resolve(suite_args(tmp_path, methods="hard", seeds=[0], preset="tiny-chains"))
+    assert [s.name for s in specs] == [f"{m}-s0" for m in ("on_policy", "on_policy_larger", "naive", "headroom_only",
+                                                           "drift_only", "hdr", "dynamic_sampling", "greso",
+                                                           "success_replay")]
+    by = {s.method: s.overrides for s in specs}
+    assert {"replay.kind=none", "dynamic_sampling=true", "regenerate_rounds=4"} <= set(by["dynamic_sampling"])
+    assert {"replay.kind=none", "prompt_skip=2"} <= set(by["greso"]) and "replay.kind=success_only" in by["success_replay"]
 
 
 def test_dry_run_lists_runs_and_skips_finished_ones(tmp_path):
