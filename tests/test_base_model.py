@@ -1,6 +1,6 @@
-"""The shipped base ``tiny-base``: it is what ``scripts/build_base.py`` builds from the recipe,
-loads fresh with the dev EM it was built with, and a missing, corrupt or mismatched asset is
-a clear error that names the build script."""
+"""The shipped bases (``tiny-base``, ``tiny-chain-base``): each is what ``scripts/build_base.py``
+builds from its recipe, loads fresh with the dev EM it was built with, and a missing, corrupt
+or mismatched asset is a clear error that names the build script."""
 
 import json
 import shutil
@@ -9,22 +9,25 @@ import pytest
 
 from agentsearch.core.config import ConfigError
 from agentsearch.models import load_base
-from agentsearch.models.tiny_base import BASE_DIR, check_base
+from agentsearch.data.paths import BASE_DIRS
+from agentsearch.models.tiny_base import BASE_DIR, BASE_RECIPES, check_base
 from agentsearch.recipes.base_build import code_fingerprint, recipe
 
 
-def _build() -> dict:
-    return json.loads((BASE_DIR / "build.json").read_text())
+def _build(base: str = "tiny-base") -> dict:
+    return json.loads((BASE_DIRS[base] / "build.json").read_text())
 
 
-def test_shipped_base_matches_the_recipe_and_the_code_that_builds_it():
-    build = _build()
-    assert build["recipe"] == recipe(), ("agentsearch/configs/base-tiny.yaml (or TrainConfig's defaults) changed "
-                                         "since the shipped base was built: run scripts/build_base.py")
-    assert build["code_sha256"] == code_fingerprint(), (
+@pytest.mark.parametrize("base", sorted(BASE_RECIPES))
+def test_shipped_base_matches_the_recipe_and_the_code_that_builds_it(base):
+    build = _build(base)
+    assert build["recipe"] == recipe(base=base), (
+        f"agentsearch/configs/{BASE_RECIPES[base]}.yaml (or TrainConfig's defaults) changed since the shipped "
+        f"{base} was built: run scripts/build_base.py --base {base}")
+    assert build["code_sha256"] == code_fingerprint(base), (
         "the world, the oracle population, the SFT loop, its optimizer schedule or the tokenizer "
-        "changed since the shipped base was built: run scripts/build_base.py")
-    assert build["overrides"] == []
+        f"changed since the shipped {base} was built: run scripts/build_base.py --base {base}")
+    assert build["overrides"] == [] and build["preset"] == BASE_RECIPES[base]
 
 
 def test_missing_corrupt_or_foreign_assets_are_clear_errors(tmp_path):
@@ -45,19 +48,21 @@ def test_missing_corrupt_or_foreign_assets_are_clear_errors(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_shipped_base_loaded_fresh_reproduces_its_build_time_dev_em():
+@pytest.mark.parametrize("base", sorted(BASE_RECIPES))
+def test_the_shipped_base_loaded_fresh_reproduces_its_build_time_dev_em(base):
     """Greedy, the same dev questions and settings as at build time (``build.json``)."""
     import torch
 
+    from agentsearch.models import load_model
     from agentsearch.recipes.base_build import _config
     from agentsearch.rollout.hf import HFBackend
     from agentsearch.trainer.eval import eval_envs, eval_settings, evaluate
 
-    cfg = _config()
+    cfg = _config(base=base)
     torch.set_num_threads(cfg.threads)  # as at build time: the reduction order decides near-ties
-    model, tok = load_base()
+    model, tok = load_model(base)
     envs, tasks = eval_envs(cfg)
     res = evaluate(HFBackend(model, tok), envs, tasks, **eval_settings(cfg))
-    built = _build()["eval"]
+    built = _build(base)["eval"]
     assert res["eval/questions"] == built["eval/questions"] >= 400
     assert res["eval/mean_at_n"] == pytest.approx(built["eval/mean_at_n"], abs=1e-9)
