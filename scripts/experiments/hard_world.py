@@ -1,13 +1,15 @@
 """The hard world's experiments (docs/results/hard_world.md): pilot, comparison, final evals, report.
 
     python scripts/experiments/hard_world.py pilot                      # -> runs/hard_world/pilot
+    python scripts/experiments/hard_world.py pilot --name pilot2 --lrs 3e-4 1e-4 --eval-n 4 --eval-temperature 1
     python scripts/experiments/hard_world.py compare --steps 200 --lr 3e-4 --latency lognormal:0.2
     python scripts/experiments/hard_world.py finals runs/hard_world/lat-0.2
     python scripts/experiments/hard_world.py report runs/hard_world/lat-0.2 [more suite folders]
 
-``pilot``: on-policy GRPO on ``tiny-chains`` at two learning rates, 300 steps, no tool latency,
-then the pre-registered rule (``analysis.hard_world.pilot_rule``) at 150/200/300 steps, written
-to ``OUT/pilot/pilot.json`` with the curves' figure.
+``pilot``: on-policy GRPO on ``tiny-chains`` at two learning rates (``--lrs``), 300 steps, no
+tool latency, evaluated every 20 steps on the dev slice (greedy, or ``--eval-n`` samples at
+``--eval-temperature``), then the pre-registered rule (``analysis.hard_world.pilot_rule``) at
+150/200/300 steps, written to ``OUT/<name>/pilot.json`` with the curves' figure.
 
 ``compare``: the comparison at one latency into ``OUT/lat-<mean>``, through
 ``replay_suite.py --preset tiny-chains``: first every method of ``--methods`` (default: the
@@ -35,7 +37,6 @@ from pathlib import Path
 from agentsearch.recipes.runner import agentsearch_cli, run_finished, run_parallel, train_run
 
 PRESET = "tiny-chains"
-PILOT_LRS = ("3e-4", "1e-3")
 PILOT_STEPS = 300
 BUDGETS = (150, 200, 300)
 UNSEEN_WORLD = 500
@@ -46,22 +47,24 @@ def pilot(a) -> int:
     from agentsearch.analysis.hard_world import pilot_rule
     from agentsearch.analysis.runs import load_run
 
-    out = Path(a.out) / "pilot"
-    runs = {lr: out / f"on_policy-lr{lr}" for lr in PILOT_LRS}
-    common = ["replay.kind=none", f"steps={PILOT_STEPS}", "eval.every=20", "seed=0", "threads=1", "tensorboard=false"]
-    run_parallel(lambda lr: train_run(runs[lr], PRESET, [*common, f"lr={lr}"], threads=1), list(PILOT_LRS), 2)
+    out = Path(a.out) / a.name
+    runs = {lr: out / f"on_policy-lr{lr}" for lr in a.lrs}
+    common = ["replay.kind=none", f"steps={PILOT_STEPS}", "eval.every=20", "seed=0", "threads=1", "tensorboard=false",
+              f"eval.n={a.eval_n}", f"eval.temperature={a.eval_temperature}"]
+    run_parallel(lambda lr: train_run(runs[lr], PRESET, [*common, f"lr={lr}"], threads=1), list(a.lrs), a.parallel)
     verdict = {}
     for lr, run in runs.items():
         points = load_run(run).points
         verdict[lr] = {"curve": [[s, round(q, 4)] for _, q, s in points],
                        "rule": {b: pilot_rule(points, b) for b in BUDGETS}}
     (out / "pilot.json").write_text(json.dumps(verdict, indent=1))
-    _plot_pilot(verdict, out / "pilot.png")
+    metric = "greedy" if a.eval_n == 1 else f"Mean@{a.eval_n}, temperature {a.eval_temperature}"
+    _plot_pilot(verdict, out / "pilot.png", metric)
     print(json.dumps({lr: {b: v["rule"][b].get("accepted") for b in BUDGETS} for lr, v in verdict.items()}))
     return 0
 
 
-def _plot_pilot(verdict: dict, path: Path) -> None:
+def _plot_pilot(verdict: dict, path: Path, metric: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -72,7 +75,7 @@ def _plot_pilot(verdict: dict, path: Path) -> None:
         steps, scores = zip(*v["curve"]) if v["curve"] else ((), ())
         ax.plot(steps, scores, marker="o", label=f"on-policy GRPO, lr {lr}")
     ax.set_xlabel("step")
-    ax.set_ylabel("dev EM (greedy, 200 questions)")
+    ax.set_ylabel(f"dev EM ({metric}, 200 questions)")
     ax.set_title("pilot: tiny-chains, on-policy")
     ax.grid(alpha=0.3)
     ax.legend()
@@ -139,6 +142,11 @@ def main() -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("pilot")
     p.add_argument("--out", default="runs/hard_world")
+    p.add_argument("--name", default="pilot", help="the pilot's folder under --out")
+    p.add_argument("--lrs", nargs="+", default=["3e-4", "1e-3"])
+    p.add_argument("--eval-n", type=int, default=1)
+    p.add_argument("--eval-temperature", type=float, default=0.0)
+    p.add_argument("--parallel", type=int, default=2)
     c = sub.add_parser("compare")
     c.add_argument("--out", default="runs/hard_world")
     c.add_argument("--steps", type=int, required=True, help="the budget the pilot chose")
