@@ -211,3 +211,25 @@ def test_pass_at_k_hand_worked():
     assert pass_at_k(8, 1, 4) == pytest.approx(1 - 35 / 70)  # C(7,4) / C(8,4)
     assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
     assert pass_at_k(8, 0, 8) == 0.0 and pass_at_k(8, 2, 8) == 1.0 and pass_at_k(8, 5, 4) == 1.0
+
+
+def test_hop_reach_reads_which_hop_articles_each_episode_saw(tok):
+    """diagnose's per-hop table on scripted agents: a thorough agent sees every hop's article,
+    one that stops after two searches never sees the third."""
+    from agentsearch.data import read_jsonl, world_dir
+    from agentsearch.data.loaders import split_contents
+    from agentsearch.envs import SearchEnv
+    from agentsearch.recipes.diagnose import hop_reach
+    from agentsearch.rollout import ScriptedBackend
+
+    folder = world_dir(seed=0, questions="chains")
+    tasks = [t for t in read_jsonl(folder / "dev.jsonl") if t["hops"] in (1, 3)][:10]
+    titles = {r["id"]: split_contents(r["contents"])[0] for r in read_jsonl(folder / "corpus.jsonl")}
+    envs = [SearchEnv(turn_format="tags", topk=2, chat_template="none", world_questions="chains", split="dev",
+                      max_turns=6) for _ in tasks]
+    kw = dict(max_new_tokens=64, max_turns=6, max_seq_len=1024)
+    full = hop_reach(ScriptedBackend(tok, chain_oracle(tasks, titles)), envs, tasks, titles, **kw)
+    assert set(full) == {"chain3"} and full["chain3"]["reach3"] == 1.0 and full["chain3"]["hop3"] == 1.0
+    two = hop_reach(ScriptedBackend(tok, chain_oracle(tasks, titles, strategies={"stop2": 1.0})), envs, tasks,
+                    titles, **kw)
+    assert two["chain3"]["reach2"] == 1.0 and two["chain3"]["hop3"] == 0.0

@@ -14,6 +14,11 @@ A turn is forced by appending the tokens of its opening tag to the prompt and le
 model continue; the rollout then treats the tag as sampled. The table says which shortcuts
 pay (``no_search`` on a two-candidate comparison pays ~0.5) and how well the good strategy
 executes (``thorough`` on bridge questions).
+
+For multi-hop questions with ``gold_doc_ids`` (chains, bridge) ``hop_reach`` adds, for the
+model's own (natural) episodes, the share that retrieved each hop's article and the per-hop
+success P(hop j retrieved | hop j-1 retrieved), per question type: where along a chain the
+model stops or goes astray.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from collections import defaultdict
 
 from agentsearch.rollout.backends import Generation, SamplingParams
 
-__all__ = ["FORCED", "ForcedStrategyBackend", "diagnose", "main"]
+__all__ = ["FORCED", "ForcedStrategyBackend", "diagnose", "hop_reach", "main"]
 
 FORCED = ("no_search", "one_search", "thorough")
 _QUESTION = re.compile(r"Question: (.*?)(?:\n|<\|im_end\|>|$)")
@@ -78,6 +83,52 @@ def diagnose(backend, envs, tasks: list[dict], *, max_new_tokens: int, max_turns
     return out
 
 
+def hop_reach(backend, envs, tasks: list[dict], titles: dict[str, str], *, max_new_tokens: int,
+              max_turns: int, max_seq_len: int, seed: int = 0) -> dict[str, dict[str, float]]:
+    """Per question type with two or more gold articles: ``reach{j}`` (the share of greedy
+    episodes whose observations showed hop j's article, j = 1..k) and ``hop{j}`` (P(hop j
+    shown | hop j-1 shown), j >= 2). ``titles`` maps document ids to titles."""
+    from agentsearch.rollout import rollout
+
+    multi = [t for t in tasks if len(t.get("gold_doc_ids") or []) > 1]
+    if not multi:
+        return {}
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, seed=seed)
+    episodes, _ = rollout(envs, multi, backend, params, max_turns=max_turns, max_seq_len=max_seq_len, seed=seed)
+    tok = backend.tokenizer
+    shown: dict[str, list[list[bool]]] = defaultdict(list)
+    for task, ep in zip(multi, episodes):
+        env_text = tok.decode([t for t, m in zip(ep.token_ids[ep.prompt_len:], ep.action_mask[ep.prompt_len:]) if not m])
+        shown[str(task.get("type", "all"))].append([f'(Title: "{titles.get(d, d)}")' in env_text
+                                                    for d in task["gold_doc_ids"]])
+    out: dict[str, dict[str, float]] = {}
+    for typ, rows in sorted(shown.items()):
+        k = max(len(r) for r in rows)
+        row: dict[str, float] = {}
+        for j in range(k):
+            have = [r for r in rows if len(r) > j]
+            reached = [all(r[:j + 1]) for r in have]
+            row[f"reach{j + 1}"] = sum(reached) / len(have)
+            if j:
+                before = [r for r in have if all(r[:j])]
+                row[f"hop{j + 1}"] = sum(r[j] for r in before) / len(before) if before else float("nan")
+        out[typ] = row
+    return out
+
+
+def _titles(cfg) -> dict[str, str]:
+    """Document id -> title of the synthetic world the config's env searches ({} otherwise)."""
+    from agentsearch.data import read_jsonl, world_dir
+    from agentsearch.data.loaders import split_contents
+
+    kw = cfg.env_kwargs
+    if kw.get("index") or kw.get("questions"):
+        return {}
+    folder = world_dir(seed=kw.get("world_seed", 0), entities=kw.get("world_entities"),
+                       questions=kw.get("world_questions", "default"))
+    return {r["id"]: split_contents(r["contents"])[0] for r in read_jsonl(folder / "corpus.jsonl")}
+
+
 def main(a) -> int:
     """``agentsearch diagnose``: the table for a model (default: the preset's) or a run."""
     import json
@@ -99,5 +150,18 @@ def main(a) -> int:
     for strategy, row in table.items():
         t.add_row(strategy, *(f"{row.get(c, 0.0):.3f}" for c in [*types, "all"]))
     Console().print(t)
-    print(json.dumps({"questions": len(tasks), "table": table}))
+    titles = _titles(cfg)
+    hops = hop_reach(HFBackend(model, tok), envs, tasks, titles, max_new_tokens=cfg.generation.max_new_tokens,
+                     max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len, seed=cfg.seed) if titles else {}
+    if hops:
+        h = Table(title="per-hop success of the model's own episodes: P(hop j's article shown | hop j-1's)")
+        width = max(sum(1 for key in row if key.startswith("hop")) for row in hops.values()) + 1
+        for col in ["type", *[f"hop {j}" for j in range(2, width + 1)], "all hops shown"]:
+            h.add_column(col, justify="right")
+        for typ, row in hops.items():
+            k = sum(1 for key in row if key.startswith("reach"))
+            h.add_row(typ, *(f"{row[f'hop{j}']:.3f}" if f"hop{j}" in row else "" for j in range(2, width + 1)),
+                      f"{row[f'reach{k}']:.3f}")
+        Console().print(h)
+    print(json.dumps({"questions": len(tasks), "table": table, "hops": hops}))
     return 0

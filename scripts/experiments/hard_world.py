@@ -17,8 +17,10 @@ tool latency, evaluated every 20 steps on the dev slice (greedy, or ``--eval-n``
 dynamic_sampling) on seeds 3-4, so a suite cut short has whole seeds for every method.
 
 ``finals``: every finished run's final model scored again: 8 samples at temperature 1 on the
-dev slice (pass@1/4/8) and greedily on a chain world never used in development (world seed
-500); written to ``RUN/final_evals.json`` (a run that has it is skipped).
+dev slice (pass@1/4/8), greedily on a chain world never used in development (world seed
+500), and ``agentsearch diagnose`` on the dev slice (P(correct | forced strategy) per k and the
+per-hop success of its own episodes); written to ``RUN/final_evals.json`` (a run that has it
+is skipped).
 
 ``report``: per suite folder, ``analysis.hard_world.report`` plus the final evals, into
 ``SUITE/analysis/``; one JSON line per suite on stdout.
@@ -99,8 +101,9 @@ def _final_evals(run: Path) -> dict:
     log = run / "final_evals.log"
     dev = json.loads(agentsearch_cli("eval", "--run", str(run), "--n", "8", log=log))
     unseen = json.loads(agentsearch_cli("eval", "--run", str(run), f"env_kwargs.world_seed={UNSEEN_WORLD}", log=log))
+    diag = json.loads(agentsearch_cli("diagnose", "--run", str(run), log=log).strip().splitlines()[-1])
     keep = ("pass_at_1", "pass_at_4", "pass_at_8", "mean_at_n")
-    res = {"dev_n8": {k: dev.get(f"eval/{k}") for k in keep},
+    res = {"dev_n8": {k: dev.get(f"eval/{k}") for k in keep}, "diagnose": diag,
            "unseen_world": {"world_seed": UNSEEN_WORLD, "mean_at_n": unseen["eval/mean_at_n"],
                             **{f"chain{k}": unseen.get(f"eval/chain{k}/mean_at_n") for k in (1, 2, 3, 4)}}}
     (run / "final_evals.json").write_text(json.dumps(res, indent=1))
