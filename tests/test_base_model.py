@@ -8,8 +8,8 @@ import shutil
 import pytest
 
 from agentsearch.core.config import ConfigError
-from agentsearch.models import load_base
 from agentsearch.data.paths import BASE_DIRS
+from agentsearch.models import load_base
 from agentsearch.models.tiny_base import BASE_DIR, BASE_RECIPES, check_base
 from agentsearch.recipes.base_build import code_fingerprint, recipe
 
