@@ -91,7 +91,10 @@ def test_the_report_command_writes_the_tables_for_a_suite(tmp_path):
     res = subprocess.run([sys.executable, str(script), "report", str(suite)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-2000:]
     line = json.loads(res.stdout.strip().splitlines()[-1])
-    assert line["ok"] and line["target"]["score"] == 0.3 and line["methods"]["hdr"]["ratio"] == 0.5
+    assert line["ok"] and line["target"]["score"] == pytest.approx(0.27)  # 90% of on_policy_larger's final
+    hdr = line["methods"]["hdr"]
+    assert hdr["ratio_to_90pct"] == 0.5 and hdr["ratio_to_100pct"] == 0.5 and hdr["reached"] == "1/1"
+    assert line["methods"]["on_policy_larger"]["ratio_to_90pct"] == 1.0  # 0.3 at step 8 is its first >= 0.27
     table = (suite / "analysis" / "hard_world.md").read_text()
     assert "| hdr | 1 | 0.320 ± 0.000 | [0.320, 0.320] |" in table
     assert (suite / "analysis" / "pareto.png").exists() and (suite / "analysis" / "hard_world.csv").exists()
