@@ -27,7 +27,7 @@ from agentsearch.rollout import EventLoop, SamplingParams, arollout, derive_seed
 from agentsearch.rollout.engines import make_stream_engine
 from agentsearch.rollout.pool import GroupPool
 from agentsearch.rollout.streaming import astream_rollout
-from agentsearch.trainer.setup import TaskSampler
+from agentsearch.trainer.setup import TaskSampler, has_signal
 from agentsearch.trainer.train_config import TrainConfig
 
 __all__ = ["StepRollouts", "fresh_groups"]
@@ -116,13 +116,13 @@ class StepRollouts:
         episodes, stats = await first
         groups = [episodes[i:i + n] for i in range(0, len(episodes), n)]
         rounds = 0
-        while rounds < cfg.regenerate_rounds and (need := b - sum(map(_has_signal, groups))) > 0:
+        while rounds < cfg.regenerate_rounds and (need := b - sum(map(has_signal, groups))) > 0:
             rounds += 1
             more, extra = await self._play(step, self.sampler.sample(need), "regenerate", rounds)
             groups += [more[i:i + n] for i in range(0, len(more), n)]
             stats = stats.merged(extra)
-        signal = [g for g in groups if _has_signal(g)]
-        kept = (signal + [g for g in groups if not _has_signal(g)])[:b]
+        signal = [g for g in groups if has_signal(g)]
+        kept = (signal + [g for g in groups if not has_signal(g)])[:b]
         stats.extra_metrics.update({"dynamic/rounds": float(rounds), "dynamic/groups_played": float(len(groups)),
                                     "dynamic/groups_with_signal": float(min(len(signal), b)),
                                     "dynamic/zero_variance_frac_played": 1.0 - len(signal) / len(groups)})
@@ -148,12 +148,6 @@ class StepRollouts:
             return {"sampler": self.sampler.state_dict(),
                     "pool": self.pool.state_dict(last_take_trained=self.untrained == 0)}
         return {"sampler": self._sampler_before if self.untrained or self.failed else self.sampler.state_dict()}
-
-
-def _has_signal(group: list) -> bool:
-    """Not zero-variance: the group's episodes got different rewards (as ``zero_variance_mask``)."""
-    rewards = [e.reward for e in group]
-    return max(rewards) - min(rewards) > 1e-8
 
 
 def fresh_groups(cfg: TrainConfig, episodes: list, step: int, version: int, tok, score_fn):

@@ -19,7 +19,7 @@ from agentsearch.envs.tools.retrieval import preflight
 from agentsearch.models.lora import apply_lora
 from agentsearch.trainer.train_config import TrainConfig
 
-__all__ = ["resolve_device", "build_policy", "build_backend", "build_envs",
+__all__ = ["resolve_device", "build_policy", "build_backend", "build_envs", "has_signal",
            "build_replay", "TaskSampler", "LatencyTool", "seed_everything", "preflight", "git_revision",
            "policy_tokenizer"]
 
@@ -180,6 +180,13 @@ def build_envs(cfg: TrainConfig, count: int, split: str = "train", questions: st
     return envs
 
 
+def has_signal(group: list) -> bool:
+    """A group of episodes is not zero-variance: they got different rewards (the rule of
+    ``algorithms.advantages.zero_variance_mask``)."""
+    rewards = [e.reward for e in group]
+    return max(rewards) - min(rewards) > 1e-8
+
+
 class TaskSampler:
     """Seeded epoch-wise shuffling over a task list; its state is checkpointed.
 
@@ -221,9 +228,8 @@ class TaskSampler:
         if not self.skip:
             return
         for i in range(0, len(episodes) - n + 1, n):
-            rewards = [e.reward for e in episodes[i:i + n]]
             seen = self.history.setdefault(str(episodes[i].task_id), [])
-            seen.append(max(rewards) - min(rewards) <= 1e-8)  # as advantages.zero_variance_mask
+            seen.append(not has_signal(episodes[i:i + n]))
             del seen[:-self.skip]
 
     def metrics(self) -> dict[str, float]:
