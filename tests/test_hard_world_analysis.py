@@ -31,6 +31,7 @@ def test_pilot_rule_hand_worked():
     assert pilot_rule(slow, 100) == pytest.approx({"budget": 100, "final": 0.22, "best_early": 0.10,
                                                    "ratio": 0.10 / 0.22, "accepted": True})
     assert pilot_rule(slow, 300)["accepted"] is None  # the curve stops at 200
+    assert pilot_rule(slow, 120)["final"] == 0.22  # no evaluation at 120: the last before it (100)
 
 
 def test_area_under_is_a_step_function_average():

@@ -36,11 +36,12 @@ MECHANISM = {"zero_var": "groups/zero_variance_frac", "abs_adv": "groups/abs_adv
 
 def pilot_rule(points: list[tuple[float, float, int]], budget: int) -> dict:
     """The pilot rule at ``budget`` steps on a curve of (seconds, score, step): F = the score
-    at the last evaluation at or before ``budget``, E = the best score at steps 1..budget/4
-    (step 0, the base, is not learning); accepted iff E < 0.9 F."""
+    at the last evaluation at or before ``budget`` (step 140 for a budget of 150 on a curve
+    evaluated every 20 steps), E = the best score at steps 1..budget/4 (step 0, the base, is
+    not learning); accepted iff E < 0.9 F. None when the curve stops before ``budget``."""
     upto = [p for p in points if p[2] <= budget]
     early = [p[1] for p in upto if 0 < p[2] <= budget / 4]
-    if not upto or not early or upto[-1][2] < budget:
+    if not upto or not early or max(p[2] for p in points) < budget:
         return {"budget": budget, "accepted": None, "why": "the curve does not reach this budget"}
     final, best_early = upto[-1][1], max(early)
     return {"budget": budget, "final": final, "best_early": best_early, "ratio": best_early / final if final else None,
