@@ -99,3 +99,31 @@ def test_the_report_command_writes_the_tables_for_a_suite(tmp_path):
     table = (suite / "analysis" / "hard_world.md").read_text()
     assert "| hdr | 1 | 0.320 ± 0.000 | [0.320, 0.320] |" in table
     assert (suite / "analysis" / "pareto.png").exists() and (suite / "analysis" / "hard_world.csv").exists()
+
+
+def test_archive_and_restore_carry_finished_runs_without_weights(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from agentsearch.recipes.runner import run_finished
+
+    suite = tmp_path / "runs" / "lat-0"
+    suite.mkdir(parents=True)
+    run = _run(suite, "hdr-s0", {0: 0.1, 4: 0.3})
+    (run / "config.yaml").write_text("seed: 0\n")
+    (run / "final").mkdir()
+    (run / "final_evals.json").write_text('{"dev_n8": {}}')
+    _run(suite, "on_policy-s0", {0: 0.1, 4: 0.2})  # unfinished: not archived
+    script = Path(__file__).resolve().parent.parent / "scripts" / "experiments" / "hard_world.py"
+    store = tmp_path / "archive"
+    res = subprocess.run([sys.executable, str(script), "archive", str(suite), "--to", str(store)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0 and json.loads(res.stdout)["runs"] == ["lat-0/hdr-s0"], res.stderr[-1500:]
+    back = tmp_path / "next_session"
+    res = subprocess.run([sys.executable, str(script), "restore", "--source", str(store), "--out", str(back)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-1500:]
+    again = back / "lat-0" / "hdr-s0"
+    assert run_finished(again) and not (again / "final").exists()
+    assert (again / "metrics.jsonl").read_bytes() == (run / "metrics.jsonl").read_bytes()

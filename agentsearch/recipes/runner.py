@@ -4,7 +4,8 @@
 subprocesses (``python -m agentsearch train``), a few at a time with a fixed number of torch
 threads each, into run folders that make them resumable:
 
-- a run folder with ``final/`` and ``metrics.jsonl`` is *finished* and skipped;
+- a run folder with ``final/`` and ``metrics.jsonl`` is *finished* and skipped (so is one
+  restored from a results archive, marked ``archived.json``: the records without the weights);
 - one with a ``config.yaml`` but no ``final/`` was interrupted: ``train --resume`` continues
   it from its last checkpoint (or from step 0 when it had none);
 - anything else is trained from scratch.
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import TypeVar
 
 __all__ = ["subprocess_env", "agentsearch_cli", "run_finished", "train_command", "train_run",
-           "run_parallel", "RunFailed"]
+           "run_parallel", "RunFailed", "ARCHIVED"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -72,9 +73,14 @@ def agentsearch_cli(*args: str, threads: int = 1, log: Path | None = None) -> st
     return res.stdout
 
 
+ARCHIVED = "archived.json"
+"""The marker of a run folder restored from a results archive: its records, no weights."""
+
+
 def run_finished(run: Path) -> bool:
-    """A run folder whose training ended: ``final/`` (written last) and ``metrics.jsonl``."""
-    return (run / "final").exists() and (run / "metrics.jsonl").exists()
+    """A run folder whose training ended: ``final/`` (written last) and ``metrics.jsonl``, or
+    one restored from a results archive (``ARCHIVED``: its records, without the weights)."""
+    return ((run / "final").exists() or (run / ARCHIVED).exists()) and (run / "metrics.jsonl").exists()
 
 
 def train_command(run: Path, preset: str, overrides: list[str]) -> list[str]:

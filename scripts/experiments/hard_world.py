@@ -25,6 +25,12 @@ is skipped).
 ``report``: per suite folder, ``analysis.hard_world.report`` plus the final evals, into
 ``SUITE/analysis/``; one JSON line per suite on stdout.
 
+``archive`` / ``restore``: a grid larger than one session goes on in the next from the
+repository. ``archive SUITE...`` copies every finished, final-evaluated run's ``config.yaml``,
+``metrics.jsonl`` (gzipped) and ``final_evals.json`` into ``docs/results/hard_world/runs/``
+(no weights); ``restore`` puts them back under ``--out`` marked ``archived.json``, so the suite
+skips them and the report reads them.
+
 Every command is resumable: rerun it and finished runs are skipped.
 """
 
@@ -36,13 +42,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agentsearch.recipes.runner import agentsearch_cli, run_finished, run_parallel, train_run
+from agentsearch.recipes.runner import (
+    ARCHIVED,
+    agentsearch_cli,
+    run_finished,
+    run_parallel,
+    train_run,
+)
 
 PRESET = "tiny-chains"
 PILOT_STEPS = 300
 BUDGETS = (150, 200, 300)
 UNSEEN_WORLD = 500
 SUITE = Path(__file__).resolve().parent / "replay_suite.py"
+ARCHIVE = Path(__file__).resolve().parents[2] / "docs" / "results" / "hard_world" / "runs"
 
 
 def pilot(a) -> int:
@@ -112,7 +125,8 @@ def _final_evals(run: Path) -> dict:
 
 def finals(a) -> int:
     runs = sorted(r for s in a.suites for r in Path(s).iterdir()
-                  if r.is_dir() and run_finished(r) and not (r / "final_evals.json").exists())
+                  if r.is_dir() and (r / "final").exists() and run_finished(r)
+                  and not (r / "final_evals.json").exists())
     results = run_parallel(_final_evals, runs, a.parallel)
     failed = [f"{r}: {e}" for r, e in zip(runs, results) if isinstance(e, BaseException)]
     print(json.dumps({"evaluated": len(runs) - len(failed), "failed": failed}))
@@ -151,6 +165,48 @@ def report(a) -> int:
     return 0
 
 
+def archive(a) -> int:
+    import gzip
+    import shutil
+
+    done = []
+    for suite in map(Path, a.suites):
+        for run in sorted(r for r in suite.iterdir() if r.is_dir()):
+            if not ((run / "final").exists() and run_finished(run) and (run / "final_evals.json").exists()):
+                continue
+            dest = Path(a.to) / suite.name / run.name
+            dest.mkdir(parents=True, exist_ok=True)
+            shutil.copy(run / "config.yaml", dest / "config.yaml")
+            shutil.copy(run / "final_evals.json", dest / "final_evals.json")
+            with open(run / "metrics.jsonl", "rb") as src, gzip.GzipFile(dest / "metrics.jsonl.gz", "wb", mtime=0) as out:
+                shutil.copyfileobj(src, out)
+            done.append(f"{suite.name}/{run.name}")
+    print(json.dumps({"archived": len(done), "to": str(a.to), "runs": done}))
+    return 0
+
+
+def restore(a) -> int:
+    import gzip
+    import shutil
+
+    done = []
+    for src in sorted(p for p in Path(a.source).glob("*/*") if (p / "metrics.jsonl.gz").exists()):
+        run = Path(a.out) / src.parent.name / src.name
+        if run_finished(run):
+            continue
+        if run.exists():
+            shutil.rmtree(run)  # an unfinished rerun of an archived run: the archive wins
+        run.mkdir(parents=True)
+        shutil.copy(src / "config.yaml", run / "config.yaml")
+        shutil.copy(src / "final_evals.json", run / "final_evals.json")
+        with gzip.open(src / "metrics.jsonl.gz", "rb") as f, open(run / "metrics.jsonl", "wb") as out:
+            shutil.copyfileobj(f, out)
+        (run / ARCHIVED).write_text(json.dumps({"from": str(src)}) + "\n")
+        done.append(str(run))
+    print(json.dumps({"restored": len(done), "runs": done}))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -170,12 +226,17 @@ def main() -> int:
     c.add_argument("--key", default="hdr,on_policy_larger,dynamic_sampling", help="methods also run on seeds 3-4")
     c.add_argument("--parallel", type=int, default=2)
     c.add_argument("overrides", nargs="*")
-    for name in ("finals", "report"):
+    for name in ("finals", "report", "archive"):
         s = sub.add_parser(name)
         s.add_argument("suites", nargs="+")
         s.add_argument("--parallel", type=int, default=2)
+        s.add_argument("--to", default=str(ARCHIVE))
+    r = sub.add_parser("restore")
+    r.add_argument("--source", default=str(ARCHIVE))
+    r.add_argument("--out", default="runs/hard_world")
     a = ap.parse_args()
-    return {"pilot": pilot, "compare": compare, "finals": finals, "report": report}[a.cmd](a)
+    return {"pilot": pilot, "compare": compare, "finals": finals, "report": report, "archive": archive,
+            "restore": restore}[a.cmd](a)
 
 
 if __name__ == "__main__":
