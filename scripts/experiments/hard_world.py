@@ -66,7 +66,9 @@ def pilot(a) -> int:
     runs = {lr: out / f"on_policy-lr{lr}" for lr in a.lrs}
     common = ["replay.kind=none", f"steps={PILOT_STEPS}", "eval.every=20", "seed=0", "threads=1", "tensorboard=false",
               f"eval.n={a.eval_n}", f"eval.temperature={a.eval_temperature}"]
-    run_parallel(lambda lr: train_run(runs[lr], PRESET, [*common, f"lr={lr}"], threads=1), list(a.lrs), a.parallel)
+    if not a.verdict_only:
+        run_parallel(lambda lr: train_run(runs[lr], PRESET, [*common, f"lr={lr}"], threads=1), list(a.lrs),
+                     a.parallel)
     verdict = {}
     for lr, run in runs.items():
         points = load_run(run).points
@@ -217,6 +219,7 @@ def main() -> int:
     p.add_argument("--eval-n", type=int, default=1)
     p.add_argument("--eval-temperature", type=float, default=0.0)
     p.add_argument("--parallel", type=int, default=2)
+    p.add_argument("--verdict-only", action="store_true", help="apply the rule to the runs as they are; train nothing")
     c = sub.add_parser("compare")
     c.add_argument("--out", default="runs/hard_world")
     c.add_argument("--steps", type=int, required=True, help="the budget the pilot chose")
