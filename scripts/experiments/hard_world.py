@@ -11,10 +11,11 @@ tool latency, evaluated every 20 steps on the dev slice (greedy, or ``--eval-n``
 ``--eval-temperature``), then the pre-registered rule (``analysis.hard_world.pilot_rule``) at
 150/200/300 steps, written to ``OUT/<name>/pilot.json`` with the curves' figure.
 
-``compare``: the comparison at one latency into ``OUT/lat-<mean>``, through
-``replay_suite.py --preset tiny-chains``: first every method of ``--methods`` (default: the
-``hard`` group) on seeds 0-2, then ``--key`` methods (default hdr, on_policy_larger,
-dynamic_sampling) on seeds 3-4, so a suite cut short has whole seeds for every method.
+``compare``: the comparison at one latency into ``OUT/lat-<mean>``, with replay_suite's run list
+(``--preset tiny-chains``): first every method of ``--methods`` (default: the ``hard`` group)
+on seeds 0-2, then ``--key`` methods (default hdr, on_policy_larger, dynamic_sampling) on seeds
+3-4, so a suite cut short has whole seeds for every method. Each run is followed, in its own
+slot, by its ``finals`` and its ``archive``.
 
 ``finals``: every finished run's final model scored again: 8 samples at temperature 1 on the
 dev slice (pass@1/4/8), greedily on a chain world never used in development (world seed
@@ -38,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -101,15 +101,56 @@ def _plot_pilot(verdict: dict, path: Path, metric: str) -> None:
     plt.close(fig)
 
 
+def _replay_suite():
+    """``scripts/experiments/replay_suite.py`` as a module (its run list and budget rule)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("replay_suite", SUITE)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["replay_suite"] = mod  # its dataclass looks its module up while being defined
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def compare(a) -> int:
+    """The suite's runs (replay_suite's run list), each followed in its own slot by its final
+    evals and its archiving, so the load stays ``--parallel`` processes and every finished run
+    is in the repository's archive at once."""
     mean = a.latency.partition(":")[2] or "0"
     out = Path(a.out) / f"lat-{mean}"
-    base = [sys.executable, str(SUITE), "--preset", PRESET, "--out", str(out), "--latency", a.latency,
-            "--steps", str(a.steps), "--parallel", str(a.parallel), f"lr={a.lr}", "eval.every=20", *a.overrides]
-    rc = subprocess.call([*base, "--methods", a.methods, "--seeds", "0", "1", "2"])
+    suite = _replay_suite()
+
+    def specs(methods: str, seeds: list[int]):
+        ns = argparse.Namespace(out=str(out), seeds=seeds, methods=methods, steps=a.steps, parallel=a.parallel,
+                                threads_per_run=1, preset=PRESET, latency=a.latency, search_r1=False, port=0,
+                                metric="eval/mean_at_n", dry_run=False,
+                                overrides=[f"lr={a.lr}", "eval.every=20", *a.overrides])
+        return suite.resolve(ns)
+
+    runs, budget = specs(a.methods, [0, 1, 2])
     if a.key:
-        rc = max(rc, subprocess.call([*base, "--methods", a.key, "--seeds", "3", "4"]))
-    return rc
+        runs += [s for s in specs(a.key, [3, 4])[0] if s.name not in {r.name for r in runs}]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "suite.json").write_text(json.dumps({
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "budget": budget,
+        "runs": {s.name: ["agentsearch", "train", "--preset", s.preset, "--out", str(s.run), *s.overrides]
+                 for s in runs}}, indent=1))
+
+    def job(spec) -> str:
+        if (spec.run / ARCHIVED).exists():
+            return "archived before"
+        trained = train_run(spec.run, spec.preset, spec.overrides, threads=1)
+        if not (spec.run / "final_evals.json").exists():
+            _final_evals(spec.run)
+        _archive_run(spec.run, Path(a.to))
+        print(f"[hard_world] {spec.name}: {'trained' if trained else 'finished before'}, evaluated, archived",
+              file=sys.stderr, flush=True)
+        return "done"
+
+    results = run_parallel(job, runs, a.parallel)
+    failed = [f"{s.name}: {str(r).splitlines()[0]}" for s, r in zip(runs, results) if isinstance(r, BaseException)]
+    print(json.dumps({"suite": str(out), "runs": len(runs), "failed": failed}))
+    return 1 if failed else 0
 
 
 def _final_evals(run: Path) -> dict:
@@ -167,22 +208,27 @@ def report(a) -> int:
     return 0
 
 
-def archive(a) -> int:
+def _archive_run(run: Path, to: Path) -> Path:
+    """A finished, final-evaluated run's records into ``to/<suite>/<run>`` (no weights)."""
     import gzip
     import shutil
 
+    dest = to / run.parent.name / run.name
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(run / "config.yaml", dest / "config.yaml")
+    shutil.copy(run / "final_evals.json", dest / "final_evals.json")
+    with open(run / "metrics.jsonl", "rb") as src, gzip.GzipFile(dest / "metrics.jsonl.gz", "wb", mtime=0) as out:
+        shutil.copyfileobj(src, out)
+    return dest
+
+
+def archive(a) -> int:
     done = []
     for suite in map(Path, a.suites):
         for run in sorted(r for r in suite.iterdir() if r.is_dir()):
-            if not ((run / "final").exists() and run_finished(run) and (run / "final_evals.json").exists()):
-                continue
-            dest = Path(a.to) / suite.name / run.name
-            dest.mkdir(parents=True, exist_ok=True)
-            shutil.copy(run / "config.yaml", dest / "config.yaml")
-            shutil.copy(run / "final_evals.json", dest / "final_evals.json")
-            with open(run / "metrics.jsonl", "rb") as src, gzip.GzipFile(dest / "metrics.jsonl.gz", "wb", mtime=0) as out:
-                shutil.copyfileobj(src, out)
-            done.append(f"{suite.name}/{run.name}")
+            if (run / "final").exists() and run_finished(run) and (run / "final_evals.json").exists():
+                _archive_run(run, Path(a.to))
+                done.append(f"{suite.name}/{run.name}")
     print(json.dumps({"archived": len(done), "to": str(a.to), "runs": done}))
     return 0
 
@@ -228,6 +274,7 @@ def main() -> int:
     c.add_argument("--methods", default="hard")
     c.add_argument("--key", default="hdr,on_policy_larger,dynamic_sampling", help="methods also run on seeds 3-4")
     c.add_argument("--parallel", type=int, default=2)
+    c.add_argument("--to", default=str(ARCHIVE), help="the archive every finished run is copied into")
     c.add_argument("overrides", nargs="*")
     for name in ("finals", "report", "archive"):
         s = sub.add_parser(name)
