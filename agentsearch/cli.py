@@ -159,7 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = isub.add_parser("build", help="index a corpus.jsonl")
     b.add_argument("--corpus", required=True, help="JSONL rows {id, contents}")
     b.add_argument("--kind", required=True,
-                   choices=["bm25", "bm25s", "dense-flat", "dense-hnsw", "dense-ivf"])
+                   choices=["bm25", "bm25s", "dense-flat", "dense-hnsw", "dense-ivf", "dense-ivfpq",
+                            "dense-hnsw-sq8", "dense-factory"])
     b.add_argument("--out", required=True, help="index folder to write")
     b.add_argument("--encoder", default=None, help="dense encoder (default offline all-MiniLM-L6-v2)")
     b.add_argument("--batch-size", type=int, default=64)
@@ -167,7 +168,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the dense encoder runs: cpu, cuda, cuda:N or auto (cuda when torch sees a GPU)")
     b.add_argument("--threads", type=int, default=None, help="worker threads (default: all cores)")
     b.add_argument("--vectors-from", default=None,
-                   help="dense-flat index whose vectors to reuse (dense-hnsw/dense-ivf)")
+                   help="a dense index folder of this corpus whose vectors to reuse, or a .npy of "
+                        "precomputed passage vectors of --encoder (row i = document i)")
+    b.add_argument("--shards", type=int, default=None, help="split a dense index into N files, searched as one")
+    b.add_argument("--nlist", type=int, default=None, help="IVF cells (default ~4 sqrt(N))")
+    b.add_argument("--nprobe", type=int, default=None, help="IVF cells searched per query (query-time)")
+    b.add_argument("--pq-m", type=int, default=None, help="dense-ivfpq: bytes per vector (default dim/4)")
+    b.add_argument("--refine", type=int, default=None,
+                   help="dense-ivfpq: re-score REFINE*k candidates exactly from vectors.npy (default 4; 0: off)")
+    b.add_argument("--hnsw-m", type=int, default=None, help="HNSW links per node (default 32)")
+    b.add_argument("--ef-search", type=int, default=None, help="HNSW candidates per query (query-time)")
+    b.add_argument("--factory", default=None, help="dense-factory: a FAISS index factory string")
+    b.add_argument("--search", default=None, help="dense-factory: query-time settings, e.g. nprobe=64")
     b = isub.add_parser("adopt", help="wrap a Search-R1 index (FAISS file or Pyserini folder) as an "
                                       "index folder that `agentsearch serve` opens")
     src = b.add_mutually_exclusive_group(required=True)
@@ -217,6 +229,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-inflight-body-mb", type=float, default=None,
                    help="request bodies being read or held, MiB (default: 4 x --max-body-mb); past it: 503")
     s.add_argument("--threads", type=int, default=None, help="search threads (torch/FAISS/numba/Java)")
+    s.add_argument("--search", default=None,
+                   help="dense query-time settings over the stored ones, e.g. nprobe=64 or efSearch=256")
+    s.add_argument("--refine", type=int, default=None, help="dense: exact re-ranking depth (0: off)")
+    s.add_argument("--no-mmap", action="store_true",
+                   help="read dense FAISS files into memory instead of memory-mapping them")
     s.set_defaults(fn=cmd_serve)
 
     s = sub.add_parser("pareto", help="quality-vs-wall-clock per method, frontier, time to target, "

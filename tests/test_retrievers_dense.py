@@ -81,7 +81,7 @@ def test_dense_kinds_manifest_and_agreement(tiny_indexes, small_world_path):
 
 
 def test_vectors_from_checks_its_source(tiny_indexes, small_world_path, world_path, tmp_path):
-    with pytest.raises(RetrieverError, match="must be dense-flat"):
+    with pytest.raises(RetrieverError, match="must be dense-flat or keep its exact vectors"):
         build_index(small_world_path / "corpus.jsonl", "dense-ivf", tmp_path / "a",
                     vectors_from=tiny_indexes["dense-hnsw"], progress=False)
     with pytest.raises(RetrieverError, match="different corpus"):
@@ -108,8 +108,8 @@ def test_index_encoder_mismatch_is_a_clear_error(tiny_indexes, tmp_path):
     (broken / "manifest.json").write_text(json.dumps({**m, "dim": 384}))
     with pytest.raises(RetrieverError, match="dim 32.*dim 384"):
         load_retriever(broken)
-    (broken / "index.faiss").write_bytes(b"garbage")
-    with pytest.raises(RetrieverError, match="cannot read"):
+    (broken / "index.faiss").write_bytes(b"garbage")  # the manifest knows its size
+    with pytest.raises(RetrieverError, match="index.faiss has 7 bytes but was written with"):
         load_retriever(broken)
 
 

@@ -57,9 +57,9 @@ def search_r1_prefixes(name: str) -> tuple[str, str]:
 def inspect_faiss(path: str | Path) -> dict:
     """``{"ntotal", "dim", "index_type", "metric", ...}`` of a FAISS file, read without
     loading its vectors (memory-mapped where this FAISS can)."""
-    from agentsearch.retrievers.dense import _faiss
+    from agentsearch.retrievers.faiss_index import faiss_module
 
-    faiss = _faiss(None)
+    faiss = faiss_module(None)
     path = Path(path)
     if not path.is_file():
         raise RetrieverError(f"FAISS file not found: {path}")

@@ -157,7 +157,7 @@ class Bm25sRetriever(SyncRetrieverMixin):
         if backend == "numba":
             _cache_numba_kernels()
         model.backend = backend
-        return cls(model, DocStore.load(index_dir), Analyzer(manifest["stemmer"]), threads)
+        return cls(model, DocStore.load(index_dir, manifest), Analyzer(manifest["stemmer"]), threads)
 
     # -- search -----------------------------------------------------------------
     def search(self, queries: list[str], k: int = 3) -> list[list[Hit]]:

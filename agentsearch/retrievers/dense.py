@@ -1,16 +1,25 @@
 """Dense retrieval: FAISS over a sentence encoder. Kinds ``dense-flat``, ``dense-hnsw``,
-``dense-ivf``.
+``dense-ivf``, ``dense-ivfpq``, ``dense-hnsw-sq8``, ``dense-factory``.
 
 - ``dense-flat``: exact inner-product search (``IndexFlatIP``). The reference.
-- ``dense-hnsw``: graph search (``IndexHNSWFlat``, Malkov & Yashunin 2018); ``hnsw_m``
+- ``dense-hnsw``: graph search (``HNSW{m},Flat``, Malkov & Yashunin 2018); ``hnsw_m``
   links per node, ``ef_search`` candidates per query (more = better recall, slower).
-- ``dense-ivf``: inverted lists (``IndexIVFFlat``): ``nlist`` k-means cells, ``nprobe``
+- ``dense-ivf``: inverted lists (``IVF{nlist},Flat``): ``nlist`` k-means cells, ``nprobe``
   cells visited per query. Defaults: ~4 sqrt(N) cells with >= 39 training points each
   (FAISS's minimum), a quarter of them probed.
+- ``dense-ivfpq``: OPQ rotation, inverted lists, product-quantized codes (``pq_m`` bytes a
+  vector, default d/4: 1/16 of Flat), for corpora whose Flat index does not fit in memory;
+  ``refine=R`` re-scores the best ``R*k`` candidates exactly from ``vectors.npy``, kept on
+  disk and memory-mapped (only the candidates' rows are read).
+- ``dense-hnsw-sq8``: HNSW over 8-bit scalar-quantized vectors (``HNSW{m},SQ8``: ~1/4 of Flat).
+- ``dense-factory``: any FAISS factory string (``factory=``), with ``search="nprobe=64"``.
 
-Vectors are unit-norm, so inner product is cosine similarity. The manifest records the
-encoder (name, dim, pooling, prefixes, max length), the FAISS index type and parameters, and
-the corpus hash; loading with a different encoder is an error, not silently bad results.
+The FAISS side (factory strings, training on a sample, shards, memory-mapping, query-time
+settings) is ``faiss_index``. Vectors are unit-norm, so inner product is cosine similarity.
+The manifest records the encoder (name, dim, pooling, prefixes, max length, and the vector it
+gives a fixed probe text), the FAISS files and their sizes, and the corpus hash; loading with
+another encoder, or with encoder files that changed since the build, is an error, not
+silently bad results.
 
 ``device`` (build and load): where the encoder runs, ``cpu``, ``cuda[:N]`` or ``auto``. On
 load, ``cuda`` also moves a Flat or IVF index to that GPU when this FAISS build has GPU
@@ -20,8 +29,7 @@ and a warning says why (HNSW always searches on the CPU: FAISS has no GPU HNSW).
 
 from __future__ import annotations
 
-import math
-import os
+import shutil
 import threading
 import warnings
 from pathlib import Path
@@ -30,23 +38,25 @@ import numpy as np
 
 from agentsearch.retrievers.base import Hit, RetrieverError, SyncRetrieverMixin, register_retriever
 from agentsearch.retrievers.encoder import Encoder, resolve_device, resolve_encoder
-from agentsearch.retrievers.store import DocStore
+from agentsearch.retrievers.faiss_index import (
+    factory_for,
+    faiss_module,
+    parse_settings,
+    read_faiss,
+    rerank_exact,
+    search_settings,
+    tune,
+    write_faiss,
+)
+from agentsearch.retrievers.store import DocStore, read_manifest
 
-__all__ = ["DenseRetriever"]
+__all__ = ["DenseRetriever", "VECTORS"]
 
+VECTORS = "vectors.npy"
+"""The exact passage vectors ``[N, d]`` float32, kept beside compressed indexes that re-rank."""
 
-def _faiss(threads: int | None):
-    try:
-        import faiss
-    except ImportError as e:
-        raise ImportError("dense indexes need FAISS: pip install faiss-cpu") from e
-    faiss.omp_set_num_threads(threads or os.cpu_count() or 1)  # process-global OpenMP pool
-    return faiss
-
-
-def default_nlist(n: int) -> int:
-    """~4 sqrt(N) cells, but never fewer than 39 training vectors per cell."""
-    return max(1, min(int(4 * math.sqrt(n)), n // 39))
+PROBE = "agentsearch encoder check: who founded the company that makes it?"
+"""Encoded at build and at load: a different vector means a different encoder."""
 
 
 def _to_device(faiss, index, device: str):
@@ -67,24 +77,70 @@ def _to_device(faiss, index, device: str):
         warnings.warn(f"device={device}: FAISS cannot move a {type(index).__name__} to the GPU ({e}); "
                       "it searches on the CPU", RuntimeWarning, stacklevel=3)
         return index, "cpu"
-    moved.gpu_resources = res  # the resources must outlive the index
+    # The resources must outlive the index. FAISS >= 1.12 refuses unknown attributes on its
+    # indexes (``moved.gpu_resources = res`` raises AttributeError); its own keep-alive list is allowed.
+    faiss.add_to_referenced_objects(moved, res)
     return moved, f"cuda:{gpu}"
 
 
-def _stored_vectors(src: Path, docs: DocStore, encoder: str | None) -> tuple[np.ndarray, dict]:
-    from agentsearch.retrievers.store import read_manifest
+_ENCODER_KEYS = ("encoder", "dim", "pooling", "query_prefix", "passage_prefix", "max_length", "encoder_check")
 
+
+def _stored_vectors(src: Path, docs: DocStore, encoder: str | None) -> tuple[np.ndarray, dict]:
+    """The vectors of a dense folder (its ``vectors.npy``, or a dense-flat's index) and its
+    encoder settings, for a corpus that must be the one it was built from."""
     m = read_manifest(src)
-    if m["kind"] != "dense-flat":
-        raise RetrieverError(f"vectors_from={src} is a {m['kind']} index; it must be dense-flat "
-                             "(the only kind that stores exact vectors)")
+    has_file = (src / VECTORS).is_file()
+    if m["kind"] != "dense-flat" and not has_file:
+        raise RetrieverError(f"vectors_from={src} is a {m['kind']} index without {VECTORS}; it must be "
+                             "dense-flat or keep its exact vectors (refine)")
     if m["corpus_sha256"] != docs.sha256():
         raise RetrieverError(f"vectors_from={src} was built from a different corpus; encode again")
     if encoder is not None and resolve_encoder(encoder)[0] != m["encoder"]:
         raise RetrieverError(f"vectors_from={src} holds {m['encoder']!r} vectors, not {encoder!r}")
-    index = _faiss(None).read_index(str(src / "index.faiss"))
-    keys = ("encoder", "dim", "pooling", "query_prefix", "passage_prefix", "max_length")
-    return index.reconstruct_n(0, index.ntotal), {k: m[k] for k in keys}
+    cfg = {k: m[k] for k in _ENCODER_KEYS if k in m}
+    if has_file:
+        return np.load(src / VECTORS, mmap_mode="r"), cfg
+    index = read_faiss(src, m)
+    return index.reconstruct_n(0, index.ntotal), cfg
+
+
+def _npy_vectors(path: Path, docs: DocStore, enc: Encoder) -> np.ndarray:
+    """Precomputed passage vectors (``.npy``, row i = document i) of ``enc``, memory-mapped."""
+    vecs = np.load(path, mmap_mode="r")
+    if vecs.ndim != 2 or vecs.shape != (len(docs), enc.dim) or vecs.dtype != np.float32:
+        raise RetrieverError(f"{path} holds {vecs.dtype} vectors of shape {vecs.shape}; encoder "
+                             f"{enc.name!r} over this corpus needs float32 ({len(docs)}, {enc.dim})")
+    return vecs
+
+
+def _encode_to_file(enc: Encoder, texts, path: Path, batch_size: int, progress, chunk: int = 16_384):
+    """Encode ``texts`` as passages into ``path`` (a ``.npy`` memmap), ``chunk`` at a time, so
+    the build holds one chunk of vectors, not all of them."""
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(len(texts), enc.dim))
+    for a in range(0, len(texts), chunk):
+        out[a:a + chunk] = enc.encode(list(texts[a:a + chunk]), kind="passage", batch_size=batch_size,
+                                      progress=progress)
+    out.flush()
+    return out
+
+
+def encoder_check(enc: Encoder) -> list[float]:
+    return [round(float(x), 5) for x in enc.encode([PROBE], kind="query")[0]]
+
+
+def _check_encoder(enc: Encoder, manifest: dict, index_dir: Path) -> None:
+    """The encoder must give the probe the vector it gave at build (cosine >= 0.99: fp16 on a
+    GPU against fp32 on a CPU differs in the third decimal; another encoder, far more)."""
+    want = manifest.get("encoder_check")
+    if want is None:
+        return
+    cos = float(np.dot(encoder_check(enc), want))
+    if cos < 0.99:
+        raise RetrieverError(
+            f"encoder {enc.name!r} no longer encodes like the one {index_dir} was built with (probe "
+            f"cosine {cos:.3f} < 0.99): its files, pooling or prefixes changed since the build; "
+            "searching would return wrong documents. Rebuild the index with this encoder")
 
 
 class DenseRetriever(SyncRetrieverMixin):
@@ -95,9 +151,10 @@ class DenseRetriever(SyncRetrieverMixin):
 
     index_type = "flat"
 
-    def __init__(self, index, encoder: Encoder, docs: DocStore, *, batch_size: int = 16,
-                 faiss_device: str = "cpu"):
+    def __init__(self, index, encoder: Encoder, docs, *, batch_size: int = 16,
+                 faiss_device: str = "cpu", vectors: np.ndarray | None = None, refine: int = 0):
         self.index, self.encoder, self.docs, self.batch_size = index, encoder, docs, batch_size
+        self.vectors, self.refine = vectors, refine if vectors is not None else 0
         self.num_docs = len(docs)
         self.kind = f"dense-{self.index_type}"
         self.devices = {"encoder": encoder.device, "faiss": faiss_device}
@@ -110,57 +167,63 @@ class DenseRetriever(SyncRetrieverMixin):
               query_prefix: str | None = None, passage_prefix: str | None = None,
               max_length: int = 256, hnsw_m: int = 32, ef_construction: int = 200,
               ef_search: int = 128, nlist: int | None = None, nprobe: int | None = None,
+              pq_m: int | None = None, pq_nbits: int = 8, factory: str | None = None,
+              search: str | None = None, shards: int = 1, refine: int | None = None,
               vectors_from: str | Path | None = None, device: str = "cpu", **_) -> dict:
-        """Encode every document, build the FAISS index, write ``index.faiss``.
+        """Encode every document (into ``vectors.npy``, a chunk at a time), build the FAISS
+        index from the vectors, write its files.
 
-        ``vectors_from``: a ``dense-flat`` folder of the same corpus whose stored vectors
-        (and encoder settings) to reuse instead of encoding again, e.g. to try HNSW or IVF.
+        ``vectors_from``: a dense folder of the same corpus whose stored vectors (and encoder
+        settings) to reuse instead of encoding again (e.g. to try HNSW or IVF-PQ), or a
+        ``.npy`` file of precomputed passage vectors of ``encoder`` (row i = document i).
+        ``refine``: keep ``vectors.npy`` and re-score ``refine * k`` candidates exactly
+        (default 4 for dense-ivfpq, else 0). ``shards``: split the index into that many files.
         """
-        faiss = _faiss(threads)
-        if vectors_from is not None:
+        faiss_module(threads)
+        vec_file = out_dir / VECTORS
+        if vectors_from is not None and Path(vectors_from).is_dir():
             vecs, cfg = _stored_vectors(Path(vectors_from), docs, encoder)
             if progress:
                 progress.advance(len(docs))
         else:
             enc = Encoder(encoder, pooling=pooling, query_prefix=query_prefix, device=resolve_device(device),
                           passage_prefix=passage_prefix, max_length=max_length, threads=threads)
-            vecs = enc.encode(docs.contents, kind="passage", batch_size=batch_size, progress=progress)
-            cfg = enc.config()
-        dim = cfg["dim"]
-        params: dict = {}
-        if cls.index_type == "flat":
-            index = faiss.IndexFlatIP(dim)
-        elif cls.index_type == "hnsw":
-            index = faiss.IndexHNSWFlat(dim, hnsw_m, faiss.METRIC_INNER_PRODUCT)
-            index.hnsw.efConstruction = ef_construction
-            params = {"hnsw_m": hnsw_m, "ef_construction": ef_construction, "ef_search": ef_search}
-        else:
-            nlist = nlist or default_nlist(len(docs))
-            if nlist > len(docs):
-                raise ValueError(f"nlist={nlist} is more than the {len(docs)} documents; use fewer cells")
-            quantizer = faiss.IndexFlatIP(dim)  # kept referenced until the index is written
-            index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
-            rng = np.random.default_rng(0)
-            sample = vecs if len(vecs) <= 256 * nlist else vecs[rng.choice(len(vecs), 256 * nlist, replace=False)]
-            index.train(sample)
-            # A quarter of the cells (at least 16) kept recall@10 vs Flat >= 0.9 on our corpora.
-            params = {"nlist": nlist, "nprobe": nprobe or max(min(nlist, 16), nlist // 4)}
-        index.add(vecs)
-        faiss.write_index(index, str(out_dir / "index.faiss"))
-        return {**cfg, "index_type": cls.index_type, "metric": "inner_product", **params}
+            if vectors_from is not None:
+                vecs = _npy_vectors(Path(vectors_from), docs, enc)
+                if progress:
+                    progress.advance(len(docs))
+            else:
+                vecs = _encode_to_file(enc, docs.contents, vec_file, batch_size, progress)
+            cfg = {**enc.config(), "encoder_check": encoder_check(enc)}
+        factory, params = factory_for(cls.index_type, cfg["dim"], len(docs), hnsw_m=hnsw_m, ef_search=ef_search,
+                                      nlist=nlist, nprobe=nprobe, pq_m=pq_m, pq_nbits=pq_nbits,
+                                      factory=factory, search=search)
+        files = write_faiss(vecs, out_dir, factory, shards=shards, ef_construction=ef_construction, threads=threads)
+        refine = (4 if cls.index_type == "ivfpq" else 0) if refine is None else refine
+        if refine:
+            if not vec_file.exists():
+                np.save(vec_file, np.asarray(vecs, dtype=np.float32))
+        del vecs  # closes the memmap before its file may go
+        if not refine:
+            vec_file.unlink(missing_ok=True)
+        return {**cfg, "index_type": cls.index_type, "metric": "inner_product", "factory": factory, **params,
+                "faiss_files": files, "refine": refine}
 
     # -- loading ----------------------------------------------------------------
     @classmethod
     def load(cls, index_dir: Path, manifest: dict, *, encoder: str | None = None,
              threads: int | None = None, ef_search: int | None = None, nprobe: int | None = None,
+             search: str | dict | None = None, refine: int | None = None, mmap: bool = True,
              batch_size: int | None = None, device: str = "cpu", **_):
         """Open the folder. ``encoder`` may name the encoder explicitly; it must be the one
-        the index was built with. ``ef_search`` / ``nprobe`` override the stored values.
+        the index was built with. ``ef_search`` / ``nprobe`` / ``search`` (``"nprobe=64"``)
+        override the stored query-time settings; ``refine`` the re-ranking depth (0: off).
+        ``mmap``: leave the FAISS codes in their files, paged in as searched.
         ``batch_size``: queries per encoder forward (default 16 on CPU, where encoding is
         compute-bound, 256 on a GPU). ``device``: where the encoder (and, if FAISS can, the
         index) runs: ``cpu``, ``cuda[:N]``, ``auto``."""
         device = resolve_device(device)
-        faiss = _faiss(threads)
+        faiss = faiss_module(threads)
         built_with = manifest["encoder"]
         if encoder is not None and resolve_encoder(encoder)[0] != built_with:
             raise RetrieverError(
@@ -168,14 +231,8 @@ class DenseRetriever(SyncRetrieverMixin):
                 "its vectors are meaningless to another encoder. Load it without encoder= "
                 f"(or with encoder={built_with!r}), or rebuild it: agentsearch index build "
                 f"--kind {manifest['kind']} --encoder {encoder} ...")
-        try:
-            index = faiss.read_index(str(index_dir / "index.faiss"))
-        except RuntimeError as e:
-            raise RetrieverError(f"cannot read {index_dir / 'index.faiss'}: {e}; rebuild the index") from e
-        if index.d != manifest["dim"] or index.ntotal != manifest["num_docs"]:
-            raise RetrieverError(
-                f"{index_dir}: index.faiss holds {index.ntotal} vectors of dim {index.d}, but the "
-                f"manifest says {manifest['num_docs']} documents of dim {manifest['dim']}; rebuild it")
+        docs = DocStore.load(index_dir, manifest)
+        index = read_faiss(index_dir, manifest, mmap=mmap and not device.startswith("cuda"), threads=threads)
         enc = Encoder(built_with, pooling=manifest["pooling"], query_prefix=manifest["query_prefix"],
                       passage_prefix=manifest["passage_prefix"], max_length=manifest["max_length"],
                       threads=threads, device=device)
@@ -183,12 +240,26 @@ class DenseRetriever(SyncRetrieverMixin):
             raise RetrieverError(
                 f"encoder {built_with!r} makes {enc.dim}-d vectors but {index_dir} holds {index.d}-d "
                 "ones: the encoder files changed since the index was built; rebuild the index")
-        if manifest["index_type"] == "hnsw":
-            index.hnsw.efSearch = ef_search or manifest["ef_search"]
-        elif manifest["index_type"] == "ivf":
-            faiss.extract_index_ivf(index).nprobe = nprobe or manifest["nprobe"]
+        _check_encoder(enc, manifest, index_dir)
+        settings = search_settings(manifest)
+        settings.update({k: v for k, v in (("efSearch", ef_search), ("nprobe", nprobe)) if v is not None})
+        settings.update(parse_settings(search) if isinstance(search, str) else (search or {}))
+        try:
+            tune(index, settings)
+        except ValueError as e:
+            raise RetrieverError(f"{index_dir}: {e}") from None
         index, where = _to_device(faiss, index, device)  # after the search parameters: they travel along
-        return cls(index, enc, DocStore.load(index_dir), faiss_device=where,
+        refine = manifest.get("refine", 0) if refine is None else refine
+        vectors = None
+        if refine:
+            if not (index_dir / VECTORS).is_file():
+                raise RetrieverError(f"refine={refine} needs {index_dir / VECTORS} (exact vectors); this "
+                                     "index was built without them: pass refine=0 or rebuild with refine")
+            vectors = np.load(index_dir / VECTORS, mmap_mode="r")
+            if vectors.shape != (manifest["num_docs"], manifest["dim"]):
+                raise RetrieverError(f"{index_dir / VECTORS} has shape {vectors.shape}, not "
+                                     f"({manifest['num_docs']}, {manifest['dim']}); rebuild the index")
+        return cls(index, enc, docs, faiss_device=where, vectors=vectors, refine=refine,
                    batch_size=batch_size or (16 if device == "cpu" else 256))
 
     # -- search -----------------------------------------------------------------
@@ -201,8 +272,11 @@ class DenseRetriever(SyncRetrieverMixin):
         if not todo:
             return out
         vecs = self.encoder.encode([queries[i] for i in todo], kind="query", batch_size=self.batch_size)
+        k = min(k, self.num_docs)
         with self._lock:
-            scores, ids = self.index.search(vecs, min(k, self.num_docs))
+            scores, ids = self.index.search(vecs, min(k * max(1, self.refine), self.num_docs))
+        if self.refine:
+            scores, ids = rerank_exact(vecs, ids, self.vectors, k)  # [q, k] each
         for row, i in enumerate(todo):
             out[i] = [self.docs.hit(int(d), s) for d, s in zip(ids[row], scores[row]) if d >= 0]
         return out
@@ -221,3 +295,18 @@ class DenseHNSWRetriever(DenseRetriever):
 @register_retriever("dense-ivf")
 class DenseIVFRetriever(DenseRetriever):
     index_type = "ivf"
+
+
+@register_retriever("dense-ivfpq")
+class DenseIVFPQRetriever(DenseRetriever):
+    index_type = "ivfpq"
+
+
+@register_retriever("dense-hnsw-sq8")
+class DenseHNSWSQ8Retriever(DenseRetriever):
+    index_type = "hnsw-sq8"
+
+
+@register_retriever("dense-factory")
+class DenseFactoryRetriever(DenseRetriever):
+    index_type = "factory"

@@ -6,8 +6,9 @@
 >>> r.search(["who founded Biagam Company?"], k=3)
 
 Kinds: ``bm25s`` (pure Python BM25), ``bm25`` (Pyserini/Lucene BM25, needs Java 21),
-``dense-flat``, ``dense-hnsw``, ``dense-ivf`` (FAISS over a sentence encoder, default the
-offline all-MiniLM-L6-v2). Builds write into a temporary folder and rename it into place,
+``dense-flat``, ``dense-hnsw``, ``dense-ivf``, ``dense-ivfpq``, ``dense-hnsw-sq8``,
+``dense-factory`` (FAISS over a sentence encoder, default the offline all-MiniLM-L6-v2; the
+FAISS side is ``faiss_index``). Builds write into a temporary folder and rename it into place,
 so a reader never sees half an index. Command line: ``agentsearch index build --corpus FILE
 --kind KIND --out DIR``.
 """
@@ -40,6 +41,9 @@ KINDS: dict[str, str] = {
     "dense-flat": "agentsearch.retrievers.dense",
     "dense-hnsw": "agentsearch.retrievers.dense",
     "dense-ivf": "agentsearch.retrievers.dense",
+    "dense-ivfpq": "agentsearch.retrievers.dense",
+    "dense-hnsw-sq8": "agentsearch.retrievers.dense",
+    "dense-factory": "agentsearch.retrievers.dense",
 }
 
 
@@ -57,9 +61,10 @@ def build_index(corpus_path: str | Path, kind: str, out_dir: str | Path, *,
     """Index ``corpus_path`` (JSONL ``{"id", "contents"}``) as ``kind`` into ``out_dir``.
 
     Keyword arguments go to the backend: ``threads`` (all), ``encoder``, ``batch_size``,
-    ``query_prefix``, ``passage_prefix``, ``max_length``, ``vectors_from`` (dense; the last
-    reuses a dense-flat folder's vectors), ``hnsw_m``, ``ef_search`` (dense-hnsw), ``nlist``,
-    ``nprobe`` (dense-ivf), ``stemmer``, ``k1``, ``b`` (bm25s and bm25). An existing index folder
+    ``query_prefix``, ``passage_prefix``, ``max_length``, ``vectors_from`` (dense; reuses a
+    dense folder's vectors or reads a ``.npy`` of them), ``shards``, ``hnsw_m``, ``ef_search``
+    (HNSW), ``nlist``, ``nprobe`` (IVF), ``pq_m``, ``pq_nbits``, ``refine`` (dense-ivfpq),
+    ``factory``, ``search`` (dense-factory), ``stemmer``, ``k1``, ``b`` (bm25s and bm25). An existing index folder
     at ``out_dir`` is replaced; any other non-empty folder is left alone (error).
     Returns ``out_dir``.
     """
@@ -85,7 +90,8 @@ def load_retriever(index: str | Path | list, **kw) -> Retriever:
     string: ``?micro_batch=false`` for one request per search).
 
     Keyword arguments go to the backend: ``threads``; for dense ``encoder`` (must match the
-    one the index was built with), ``ef_search`` (HNSW), ``nprobe`` (IVF), ``batch_size``.
+    one the index was built with), ``ef_search`` (HNSW), ``nprobe`` (IVF), ``search``
+    (``"nprobe=64,efSearch=128"``), ``refine``, ``mmap``, ``batch_size``.
     """
     if isinstance(index, (list, tuple)):
         if len(index) == 1:
@@ -142,7 +148,8 @@ def main(a) -> int:
     kw = {"threads": a.threads}
     if a.kind.startswith("dense"):
         kw.update(encoder=a.encoder, batch_size=a.batch_size, device=getattr(a, "device", None),
-                  vectors_from=getattr(a, "vectors_from", None))
+                  **{k: getattr(a, k, None) for k in ("vectors_from", "shards", "nlist", "nprobe", "pq_m",
+                                                      "refine", "hnsw_m", "ef_search", "factory", "search")})
     elif a.encoder:
         print(f"agentsearch index: --encoder is ignored for kind {a.kind}", file=sys.stderr)
     try:

@@ -75,7 +75,7 @@ class LuceneRetriever(SyncRetrieverMixin):
         except JavaException as e:
             raise RetrieverError(f"cannot open the Lucene index in {index_dir}: {e}; rebuild it") from e
         searcher.set_bm25(manifest.get("k1", 0.9), manifest.get("b", 0.4))
-        return cls(searcher, DocStore.load(index_dir), threads)
+        return cls(searcher, DocStore.load(index_dir, manifest), threads)
 
     def _hits(self, scored) -> list[Hit]:
         return [self.docs.hit(self._row[h.docid], h.score) for h in scored]

@@ -256,7 +256,11 @@ def app_from_args(a):
     from agentsearch.retrievers.index import load_retriever
 
     device = resolve_device(getattr(a, "device", None) or "cpu")
-    retriever = load_retriever(list(a.index), threads=getattr(a, "threads", None), device=device)
+    dense = {k: v for k, v in (("search", getattr(a, "search", None)), ("refine", getattr(a, "refine", None)))
+             if v is not None}
+    if getattr(a, "no_mmap", False):
+        dense["mmap"] = False
+    retriever = load_retriever(list(a.index), threads=getattr(a, "threads", None), device=device, **dense)
     limits = Limits(max_queries=a.max_queries, max_topk=a.max_topk,
                     max_query_chars=getattr(a, "max_query_chars", None) or 4096,
                     max_body_bytes=int((getattr(a, "max_body_mb", None) or 64) * (1 << 20)),

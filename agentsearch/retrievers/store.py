@@ -4,10 +4,16 @@ An index folder is self-contained::
 
     manifest.json   {"format": 1, "kind": "bm25s", "num_docs": ..., "corpus_sha256": ..., ...}
     docs.jsonl      the corpus rows {"id", "contents"}, in index order (row i = internal id i)
+    docs.offsets.npy  where each row starts (uint64, N + 1 entries): rows are read in place
     ...             backend files (bm25s arrays, a Lucene index, index.faiss)
 
 ``corpus_sha256`` hashes the normalised rows, so two indexes of the same corpus can be
 fused (hybrid search) and a dense index can tell when it no longer matches its documents.
+``docs_bytes`` is docs.jsonl's size, so a truncated copy is an error, not missing documents.
+
+A loaded folder reads its documents in place (``MappedDocStore``: the file memory-mapped,
+a row parsed when it is a hit), so serving 21M passages costs 8 bytes a row of offsets, not
+the ~14 GB of text held as Python strings.
 """
 
 from __future__ import annotations
@@ -15,20 +21,24 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import mmap
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from agentsearch.retrievers.base import Hit, RetrieverError
 
-__all__ = ["DocStore", "MANIFEST", "DOCS", "FORMAT", "read_manifest", "write_manifest", "check_out_dir",
+__all__ = ["DocStore", "MappedDocStore", "MANIFEST", "DOCS", "FORMAT", "read_manifest", "write_manifest", "check_out_dir",
            "staging", "finish_index"]
 
 MANIFEST = "manifest.json"
 DOCS = "docs.jsonl"
+OFFSETS = "docs.offsets.npy"
 FORMAT = 1
 
 
@@ -65,19 +75,19 @@ class DocStore:
         return cls(ids, [r["contents"] for r in rows])
 
     @classmethod
-    def load(cls, index_dir: Path) -> DocStore:
-        ids, contents = [], []
-        with open(index_dir / DOCS, encoding="utf-8") as f:
-            for line in f:
-                row = json.loads(line)
-                ids.append(row["id"])
-                contents.append(row["contents"])
-        return cls(ids, contents)
+    def load(cls, index_dir: Path, manifest: dict | None = None) -> MappedDocStore:
+        """The documents of an index folder, read in place (``MappedDocStore``)."""
+        return MappedDocStore(Path(index_dir), manifest)
 
-    def save(self, index_dir: Path) -> None:
-        with open(index_dir / DOCS, "w", encoding="utf-8") as f:
-            for i, c in zip(self.ids, self.contents):
-                f.write(json.dumps({"id": i, "contents": c}, ensure_ascii=False) + "\n")
+    def save(self, index_dir: Path) -> int:
+        """Write ``docs.jsonl`` and its row offsets; returns its size in bytes."""
+        ends = np.zeros(len(self.ids) + 1, dtype=np.uint64)
+        with open(index_dir / DOCS, "wb") as f:
+            for n, (i, c) in enumerate(zip(self.ids, self.contents), 1):
+                f.write((json.dumps({"id": i, "contents": c}, ensure_ascii=False) + "\n").encode())
+                ends[n] = f.tell()
+        np.save(index_dir / OFFSETS, ends)
+        return int(ends[-1])
 
     def sha256(self) -> str:
         h = hashlib.sha256()
@@ -85,6 +95,81 @@ class DocStore:
             h.update(json.dumps([i, c], ensure_ascii=False).encode())
             h.update(b"\n")
         return h.hexdigest()
+
+
+class _Column(Sequence):
+    """One field of every row of a ``MappedDocStore``, read on access."""
+
+    def __init__(self, store: MappedDocStore, key: str):
+        self.store, self.key = store, key
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.store.row(j)[self.key] for j in range(*i.indices(len(self)))]
+        return self.store.row(i)[self.key]
+
+
+class MappedDocStore:
+    """``docs.jsonl`` memory-mapped: row ``i`` is parsed when asked for (``hit``, ``row``);
+    ``ids`` and ``contents`` are lazy sequences. Offsets come from ``docs.offsets.npy``, or
+    (folders built before it existed) from one scan for newlines."""
+
+    def __init__(self, index_dir: Path, manifest: dict | None = None):
+        path = index_dir / DOCS
+        if not path.is_file():
+            raise RetrieverError(f"{path} is missing: the index folder is incomplete; rebuild it")
+        size = path.stat().st_size
+        want = (manifest or {}).get("docs_bytes")
+        if want is not None and size != want:
+            raise RetrieverError(f"{path} has {size:,} bytes but was written with {want:,}: it is "
+                                 "truncated or was replaced since the build; rebuild the index")
+        if size == 0:
+            raise RetrieverError(f"{path} is empty; rebuild the index")
+        with open(path, "rb") as f:
+            self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        off_path = index_dir / OFFSETS
+        offsets = np.load(off_path, mmap_mode="r") if off_path.is_file() else None
+        if offsets is None or len(offsets) < 2 or int(offsets[-1]) != size:
+            offsets = _line_offsets(self._mm)
+        self._off = offsets
+        if manifest is not None and len(self) != manifest.get("num_docs", len(self)):
+            raise RetrieverError(f"{path} has {len(self):,} rows but the manifest says "
+                                 f"{manifest['num_docs']:,} documents; rebuild the index")
+
+    def __len__(self) -> int:
+        return len(self._off) - 1
+
+    def row(self, i: int) -> dict:
+        if not 0 <= i < len(self):
+            raise IndexError(f"document {i} of {len(self)}")
+        return json.loads(self._mm[int(self._off[i]):int(self._off[i + 1])])
+
+    def hit(self, i: int, score: float) -> Hit:
+        row = self.row(i)
+        return Hit(row["id"], row["contents"], float(score))
+
+    @property
+    def ids(self) -> _Column:
+        return _Column(self, "id")
+
+    @property
+    def contents(self) -> _Column:
+        return _Column(self, "contents")
+
+
+def _line_offsets(buf, chunk: int = 1 << 26) -> np.ndarray:
+    """``[0, end of line 1, end of line 2, ...]`` of a JSONL buffer, 64 MiB at a time."""
+    ends = [np.zeros(1, dtype=np.uint64)]
+    for a in range(0, len(buf), chunk):
+        part = np.frombuffer(buf[a:a + chunk], dtype=np.uint8)
+        ends.append(np.flatnonzero(part == 10).astype(np.uint64) + np.uint64(a + 1))
+    out = np.concatenate(ends)
+    if int(out[-1]) != len(buf):  # a last row without its newline
+        out = np.append(out, np.uint64(len(buf)))
+    return out
 
 
 def read_manifest(index_dir: str | Path) -> dict:
@@ -137,8 +222,8 @@ def staging(out_dir: Path) -> Iterator[Path]:
 
 def finish_index(folder: Path, docs: DocStore, kind: str, corpus_path, t0: float, extra: dict) -> None:
     """Write ``docs.jsonl`` and the manifest: the last step of every build or adoption."""
-    docs.save(folder)
-    write_manifest(folder, {"format": FORMAT, "kind": kind, "num_docs": len(docs),
+    size = docs.save(folder)
+    write_manifest(folder, {"format": FORMAT, "kind": kind, "num_docs": len(docs), "docs_bytes": size,
                             "corpus_sha256": docs.sha256(), "corpus_path": str(corpus_path),
                             "build_seconds": round(time.perf_counter() - t0, 2),
                             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra})
