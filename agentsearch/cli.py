@@ -180,6 +180,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--ef-search", type=int, default=None, help="HNSW candidates per query (query-time)")
     b.add_argument("--factory", default=None, help="dense-factory: a FAISS index factory string")
     b.add_argument("--search", default=None, help="dense-factory: query-time settings, e.g. nprobe=64")
+    b = isub.add_parser("plan", help="advice: memory, build time, recall and latency of each dense index "
+                                     "kind for a corpus size, extrapolated from measured curves")
+    b.add_argument("--vectors", required=True, help="number of passages, e.g. 21e6")
+    b.add_argument("--dim", type=int, required=True, help="encoder dimension (e5-base: 768)")
+    b.add_argument("--ram", default=None, help="memory for the index, e.g. 16G: marks which kinds fit")
+    b.add_argument("--curves", default=None, help="measured curves (default: the shipped plan_curves.json)")
+    b.add_argument("--json", action="store_true", help="print one JSON object")
     b = isub.add_parser("adopt", help="wrap a Search-R1 index (FAISS file or Pyserini folder) as an "
                                       "index folder that `agentsearch serve` opens")
     src = b.add_mutually_exclusive_group(required=True)

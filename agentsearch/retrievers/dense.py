@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -198,7 +199,9 @@ class DenseRetriever(SyncRetrieverMixin):
         factory, params = factory_for(cls.index_type, cfg["dim"], len(docs), hnsw_m=hnsw_m, ef_search=ef_search,
                                       nlist=nlist, nprobe=nprobe, pq_m=pq_m, pq_nbits=pq_nbits,
                                       factory=factory, search=search)
+        t0 = time.perf_counter()
         files = write_faiss(vecs, out_dir, factory, shards=shards, ef_construction=ef_construction, threads=threads)
+        faiss_s = round(time.perf_counter() - t0, 2)
         refine = (4 if cls.index_type == "ivfpq" else 0) if refine is None else refine
         if refine:
             if not vec_file.exists():
@@ -207,7 +210,7 @@ class DenseRetriever(SyncRetrieverMixin):
         if not refine:
             vec_file.unlink(missing_ok=True)
         return {**cfg, "index_type": cls.index_type, "metric": "inner_product", "factory": factory, **params,
-                "faiss_files": files, "refine": refine}
+                "faiss_files": files, "faiss_build_seconds": faiss_s, "refine": refine}
 
     # -- loading ----------------------------------------------------------------
     @classmethod
@@ -272,14 +275,20 @@ class DenseRetriever(SyncRetrieverMixin):
         if not todo:
             return out
         vecs = self.encoder.encode([queries[i] for i in todo], kind="query", batch_size=self.batch_size)
+        scores, ids = self.search_vectors(vecs, k)
+        for row, i in enumerate(todo):
+            out[i] = [self.docs.hit(int(d), s) for d, s in zip(ids[row], scores[row]) if d >= 0]
+        return out
+
+    def search_vectors(self, vecs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """FAISS search (and exact re-ranking) of query vectors ``[q, d]``: ``(scores, ids)``,
+        each ``[q, min(k, N)]``, ids ``-1`` where there are fewer hits."""
         k = min(k, self.num_docs)
         with self._lock:
             scores, ids = self.index.search(vecs, min(k * max(1, self.refine), self.num_docs))
         if self.refine:
             scores, ids = rerank_exact(vecs, ids, self.vectors, k)  # [q, k] each
-        for row, i in enumerate(todo):
-            out[i] = [self.docs.hit(int(d), s) for d, s in zip(ids[row], scores[row]) if d >= 0]
-        return out
+        return scores, ids
 
 
 @register_retriever("dense-flat")

@@ -125,8 +125,10 @@ def search_settings(manifest: dict) -> dict:
 
 
 def train_rows(index, n: int) -> int:
-    """How many vectors to train ``index`` on: 256 per k-means centroid it must learn (FAISS
-    warns under 39), at most N. Zero for an index that needs no training."""
+    """How many vectors to train ``index`` on: 64 per k-means centroid it must learn (FAISS
+    warns under 39 and subsamples past 256; k-means costs rows x centroids x d an iteration,
+    so this bounds the build on a few cores), at least 10,000, at most N. Zero for an index
+    that needs no training."""
     if index.is_trained:
         return 0
     faiss = faiss_module(None)
@@ -138,7 +140,7 @@ def train_rows(index, n: int) -> int:
     pq = getattr(base, "pq", None)
     if pq is not None:
         centroids = max(centroids, 1 << pq.nbits)
-    return min(n, max(10_000, 256 * centroids))
+    return min(n, max(10_000, 64 * centroids))
 
 
 def write_faiss(vectors: np.ndarray, out_dir: Path, factory: str, *, shards: int = 1,

@@ -141,6 +141,10 @@ def folder_index(world: str | Path, kind: str = "bm25s", **kw) -> Path:
 def main(a) -> int:
     """``agentsearch index build --corpus FILE --kind KIND --out DIR [--encoder E] [--device D]``;
     ``agentsearch index adopt ...`` is ``adopt.main``."""
+    if getattr(a, "index_command", "build") == "plan":
+        from agentsearch.retrievers.plan import main as plan_main
+
+        return plan_main(a)
     if getattr(a, "index_command", "build") == "adopt":
         from agentsearch.retrievers.adopt import main as adopt_main
 
