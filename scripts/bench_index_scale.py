@@ -200,7 +200,7 @@ def main() -> int:
     if a.curves:
         machine = f"{platform.machine()} {os.cpu_count()} cores, {a.threads} threads"
         kinds = {}
-        for (kind, n), d in sorted(done.items()):
+        for (kind, _n), d in sorted(done.items()):
             k = kinds.setdefault(kind, {"settings": ", ".join(f"{x}={y}" for x, y in {**d["search"],
                                         **({"refine": d["refine"]} if d["refine"] else {})}.items()),
                                         "points": []})

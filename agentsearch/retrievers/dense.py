@@ -29,7 +29,6 @@ and a warning says why (HNSW always searches on the CPU: FAISS has no GPU HNSW).
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 import warnings
@@ -40,6 +39,7 @@ import numpy as np
 from agentsearch.retrievers.base import Hit, RetrieverError, SyncRetrieverMixin, register_retriever
 from agentsearch.retrievers.encoder import Encoder, resolve_device, resolve_encoder
 from agentsearch.retrievers.faiss_index import (
+    DENSE_KINDS,
     factory_for,
     faiss_module,
     parse_settings,
@@ -291,31 +291,8 @@ class DenseRetriever(SyncRetrieverMixin):
         return scores, ids
 
 
-@register_retriever("dense-flat")
-class DenseFlatRetriever(DenseRetriever):
-    index_type = "flat"
-
-
-@register_retriever("dense-hnsw")
-class DenseHNSWRetriever(DenseRetriever):
-    index_type = "hnsw"
-
-
-@register_retriever("dense-ivf")
-class DenseIVFRetriever(DenseRetriever):
-    index_type = "ivf"
-
-
-@register_retriever("dense-ivfpq")
-class DenseIVFPQRetriever(DenseRetriever):
-    index_type = "ivfpq"
-
-
-@register_retriever("dense-hnsw-sq8")
-class DenseHNSWSQ8Retriever(DenseRetriever):
-    index_type = "hnsw-sq8"
-
-
-@register_retriever("dense-factory")
-class DenseFactoryRetriever(DenseRetriever):
-    index_type = "factory"
+# One registered class a kind (``dense-flat`` ... ``dense-factory``); they differ only in index_type.
+_NAMES = {"flat": "Flat", "hnsw": "HNSW", "ivf": "IVF", "ivfpq": "IVFPQ", "hnsw-sq8": "HNSWSQ8", "factory": "Factory"}
+for _type in DENSE_KINDS:
+    _name = f"Dense{_NAMES[_type]}Retriever"
+    globals()[_name] = register_retriever(f"dense-{_type}")(type(_name, (DenseRetriever,), {"index_type": _type}))
