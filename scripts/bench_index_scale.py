@@ -104,7 +104,7 @@ def exact_top10(world: Path, q: np.ndarray) -> np.ndarray:
 
 
 def measure(world: Path, kind: str, q: np.ndarray, threads: int, nlist: int) -> dict:
-    n = sum(1 for _ in open(world / "corpus.jsonl", "rb"))
+    n = len(np.load(world / "vectors.npy", mmap_mode="r"))
     idx = world / kind
     if not (idx / MANIFEST).exists():
         from agentsearch.retrievers.encoder import DEFAULT_ENCODER
@@ -159,7 +159,7 @@ def serve(world: Path, kind: str, queries: list[str], episodes: int, turns: int,
         qps, lat = asyncio.run(run())
     finally:
         server.kill()
-    return {"bench": "index_scale_serve", "kind": kind, "n": sum(1 for _ in open(world / "corpus.jsonl", "rb")),
+    return {"bench": "index_scale_serve", "kind": kind, "n": len(np.load(world / "vectors.npy", mmap_mode="r")),
             "episodes": episodes, "turns": turns, "qps": round(qps, 1),
             "p50_ms": round(float(np.median(lat)), 1), "p99_ms": round(float(np.percentile(lat, 99)), 1)}
 

@@ -29,6 +29,7 @@ and a warning says why (HNSW always searches on the CPU: FAISS has no GPU HNSW).
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 import warnings
@@ -203,9 +204,12 @@ class DenseRetriever(SyncRetrieverMixin):
         files = write_faiss(vecs, out_dir, factory, shards=shards, ef_construction=ef_construction, threads=threads)
         faiss_s = round(time.perf_counter() - t0, 2)
         refine = (4 if cls.index_type == "ivfpq" else 0) if refine is None else refine
-        if refine:
-            if not vec_file.exists():
-                np.save(vec_file, np.asarray(vecs, dtype=np.float32))
+        if refine and not vec_file.exists():  # vectors from elsewhere: keep a copy to re-rank from
+            src = Path(vectors_from) / VECTORS if Path(vectors_from).is_dir() else Path(vectors_from)
+            if src.is_file():
+                shutil.copyfile(src, vec_file)  # a .npy already checked: no trip through memory
+            else:
+                np.save(vec_file, vecs)  # a dense-flat's reconstructed vectors, in memory already
         del vecs  # closes the memmap before its file may go
         if not refine:
             vec_file.unlink(missing_ok=True)

@@ -131,7 +131,7 @@ def train_rows(index, n: int) -> int:
     that needs no training."""
     if index.is_trained:
         return 0
-    faiss = faiss_module(None)
+    import faiss  # not faiss_module(): that would reset the caller's OpenMP thread count
     centroids = 1
     ivf = faiss.try_extract_index_ivf(index)
     if ivf is not None:
@@ -221,7 +221,7 @@ def tune(index, settings: dict) -> None:
     (``nprobe`` on HNSW) is a ``ValueError`` saying so."""
     if not settings:
         return
-    faiss = faiss_module(None)
+    import faiss  # not faiss_module(): that would reset the caller's OpenMP thread count
     space = faiss.ParameterSpace()
     for key, value in settings.items():
         try:

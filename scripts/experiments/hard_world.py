@@ -54,7 +54,6 @@ PRESET = "tiny-chains"
 PILOT_STEPS = 300
 BUDGETS = (150, 200, 300)
 UNSEEN_WORLD = 500
-SUITE = Path(__file__).resolve().parent / "replay_suite.py"
 ARCHIVE = Path(__file__).resolve().parents[2] / "docs" / "results" / "hard_world" / "runs"
 
 
@@ -101,24 +100,13 @@ def _plot_pilot(verdict: dict, path: Path, metric: str) -> None:
     plt.close(fig)
 
 
-def _replay_suite():
-    """``scripts/experiments/replay_suite.py`` as a module (its run list and budget rule)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("replay_suite", SUITE)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["replay_suite"] = mod  # its dataclass looks its module up while being defined
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def compare(a) -> int:
     """The suite's runs (replay_suite's run list), each followed in its own slot by its final
     evals and its archiving, so the load stays ``--parallel`` processes and every finished run
     is in the repository's archive at once."""
     mean = a.latency.partition(":")[2] or "0"
     out = Path(a.out) / f"lat-{mean}"
-    suite = _replay_suite()
+    import replay_suite as suite  # this script's own folder is first on sys.path
 
     def specs(methods: str, seeds: list[int]):
         ns = argparse.Namespace(out=str(out), seeds=seeds, methods=methods, steps=a.steps, parallel=a.parallel,
