@@ -87,6 +87,12 @@ def cmd_serve(a) -> int:
     return serve_main(a)
 
 
+def cmd_serve_encoder(a) -> int:
+    from agentsearch.retrievers.encoder_service import main as encoder_main
+
+    return encoder_main(a)
+
+
 def cmd_pareto(a) -> int:
     from agentsearch.analysis.pareto import main as pareto_main
 
@@ -224,9 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--search-batch", type=int, default=256,
                    help="queries per internal search call: a large request is searched in chunks "
                         "of this size, which bounds the search's memory")
-    s.add_argument("--batch-window-ms", type=float, default=0.0,
-                   help="coalesce concurrent requests into one search (helps dense indexes "
-                        "with one-query-per-request clients)")
+    s.add_argument("--batch-window-ms", type=float, default=None,
+                   help="coalesce concurrent requests into one search: a request arriving while a "
+                        "search runs waits at most this long for company (default 2; 0: off)")
     s.add_argument("--max-inflight", type=int, default=512,
                    help="requests admitted and not yet answered; past it a request gets 503 + Retry-After "
                         "at once, before its body is read (default takes 256 concurrent clients)")
@@ -241,7 +247,25 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--refine", type=int, default=None, help="dense: exact re-ranking depth (0: off)")
     s.add_argument("--no-mmap", action="store_true",
                    help="read dense FAISS files into memory instead of memory-mapping them")
+    s.add_argument("--encoder-url", default=None,
+                   help="dense: encode queries in this encoder service (agentsearch serve-encoder), "
+                        "shared with other servers, instead of loading the model here")
     s.set_defaults(fn=cmd_serve)
+
+    s = sub.add_parser("serve-encoder", help="serve a query encoder over HTTP, shared by several "
+                                             "`serve --encoder-url` processes")
+    s.add_argument("--encoder", default=None, help="model name or folder (default: the offline all-MiniLM-L6-v2)")
+    s.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
+    s.add_argument("--port", type=int, default=8100)
+    s.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
+    s.add_argument("--threads", type=int, default=None, help="torch threads")
+    s.add_argument("--pooling", default=None, help="mean or cls (default: the model's, else mean)")
+    s.add_argument("--query-prefix", default=None, help="default: 'query: ' for e5 models, else none")
+    s.add_argument("--passage-prefix", default=None, help="default: 'passage: ' for e5 models, else none")
+    s.add_argument("--max-length", type=int, default=256, help="tokens per text")
+    s.add_argument("--batch-window-ms", type=float, default=2.0,
+                   help="a request arriving while a forward runs waits at most this long for company")
+    s.set_defaults(fn=cmd_serve_encoder)
 
     s = sub.add_parser("pareto", help="quality-vs-wall-clock per method, frontier, time to target, "
                                       "replay diagnostics")

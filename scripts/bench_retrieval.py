@@ -16,6 +16,9 @@ under ``$AGENTSEARCH_CACHE/bench/<corpus>`` on first use):
   (~0.2 s once its on-disk cache is warm, 5-7 s before).
 - ``d_dense_ann``: FAISS Flat vs HNSW vs IVF on the same MiniLM vectors: search-only q/s
   (query vectors encoded once) and recall@10 against Flat; query encoding q/s on its own.
+- ``e_servers`` and ``f_lone_query`` (``bench_servers.py``): ``agentsearch serve`` against
+  Search-R1's own server (``--search-r1 CHECKOUT``) at ``--clients`` concurrent single-query
+  clients, dense and BM25, and a lone query's latency; then one dense query stage by stage.
 
 Corpora: ``--corpus world`` (the synthetic world, seed 0; queries are its train questions)
 or ``--corpus wiki`` (the 10k Wikipedia lead summaries from ``wiki_corpus``; queries are the
@@ -23,6 +26,7 @@ first sentence of each article, cut to 24 words).
 
     OMP_NUM_THREADS=1 python scripts/bench_retrieval.py --corpus world
     OMP_NUM_THREADS=1 python scripts/bench_retrieval.py --corpus wiki --only a,d
+    python scripts/bench_retrieval.py --only e,f --search-r1 ~/Search-R1 --clients 64 --seconds 20
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import sys
 import time
 from pathlib import Path
 
+import bench_servers  # this folder
 import numpy as np
 
 from agentsearch.core.cache import cache_dir
@@ -130,9 +135,9 @@ def bench_bc(name, corpus, queries, single, threads, batch, only):
     qs, k = queries[:n], 3
     lucene = load_retriever(index(corpus, name, "bm25", threads), threads=threads)
     assert isinstance(lucene, LuceneRetriever)
-    for _ in range(2):  # JIT warm-up for both paths
-        batched(lucene.search_batch, qs[:512], batch, k)
-        [lucene.search_one(q, k) for q in qs[:512]]
+    for _ in range(6):  # JIT warm-up for both paths: two passes over 512 queries left the Java
+        batched(lucene.search_batch, qs, batch, k)  # side cold, and the ratio measured the JIT
+        [lucene.search_one(q, k) for q in qs]
     lucene_qps = rate(lambda: batched(lucene.search_batch, qs, batch, k), n)
     if "b" in only:
         loop_qps = rate(lambda: [lucene.search_one(q, k) for q in qs], n)
@@ -195,12 +200,17 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--corpus", choices=["world", "wiki"], default="world")
     p.add_argument("--seed", type=int, default=0, help="world seed")
-    p.add_argument("--only", default="a,b,c,d", help="comma list of a,b,c,d")
+    p.add_argument("--only", default="a,b,c,d", help="comma list of a,b,c,d,e,f (e needs --search-r1)")
     p.add_argument("--episodes", type=int, default=64)
     p.add_argument("--turns", type=int, default=4, help="search calls per episode in (a)")
     p.add_argument("--batch", type=int, default=256, help="queries per batch in (b)-(d)")
     p.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", 0)) or os.cpu_count(),
                    help="torch/FAISS/Java threads (default: $OMP_NUM_THREADS, else all cores)")
+    p.add_argument("--search-r1", type=Path, help="a Search-R1 checkout, for (e)")
+    p.add_argument("--clients", type=int, default=64, help="concurrent single-query clients in (e)")
+    p.add_argument("--seconds", type=float, default=20.0, help="measured seconds per server in (e)")
+    p.add_argument("--windows", default="0", help="extra --batch-window-ms values to try in (e), comma list")
+    p.add_argument("--rounds", type=int, default=2, help="interleaved rounds per server in (e); best reported")
     a = p.parse_args()
     os.environ.setdefault("AGENTSEARCH_JAVA_THREADS", str(a.threads))
     only = set(a.only.split(","))
@@ -214,6 +224,14 @@ def main() -> int:
         bench_bc(a.corpus, corpus, queries, single, a.threads, a.batch, only)
     if "d" in only:
         bench_d(a.corpus, corpus, queries, single, a.threads, a.batch)
+    if "e" in only:
+        if a.search_r1 is None:
+            p.error("(e) needs --search-r1 CHECKOUT (a clone of github.com/PeterGriffinJin/Search-R1)")
+        windows = [float(w) for w in a.windows.split(",") if w.strip()]
+        bench_servers.bench_e(corpus, a.corpus, queries, a.search_r1, a.threads, a.clients, a.seconds, windows, emit,
+                               a.rounds)
+    if "f" in only:
+        bench_servers.bench_f(corpus, a.corpus, queries, a.threads, emit)
     return 0
 
 

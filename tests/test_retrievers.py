@@ -6,6 +6,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -173,6 +174,26 @@ def test_batching_error_reaches_only_that_batch_and_recovers():
     bad, good = asyncio.run(main())
     assert all(isinstance(x, RetrieverError) for x in bad)
     assert good[0][0].doc_id == "fine-0"
+
+
+def test_batching_idle_fire_skips_the_window_only_when_idle():
+    inner = CountingRetriever(delay=0.2)
+    r = BatchingRetriever(inner, window_ms=1000, max_batch=256, idle_fire=True, max_inflight=1)
+
+    async def main():
+        t = time.perf_counter()
+        first = asyncio.ensure_future(r.asearch(["lone"], 1))
+        await asyncio.sleep(0.05)  # the lone call is in flight; these arrive behind it
+        rest = [asyncio.ensure_future(r.asearch([f"q{i}"], 1)) for i in range(5)]
+        await first
+        lone_s = time.perf_counter() - t
+        await asyncio.gather(*rest)
+        return lone_s, time.perf_counter() - t
+
+    lone_s, all_s = asyncio.run(main())
+    assert lone_s < 0.5  # 0.2 s of search, no 1 s window: the batcher was idle
+    assert [len(c) for c in inner.calls] == [1, 5]  # the five waited together behind it...
+    assert all_s < 0.9  # ...and went when it ended, not after the 1 s window
 
 
 def test_batching_survives_new_event_loops():

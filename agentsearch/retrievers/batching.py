@@ -5,7 +5,10 @@ is fast in batches and slow one by one (on this machine Search-R1's BM25 server 
 q/s for single queries and ~1,900 q/s for batches of 64; concurrency alone does not help).
 ``MicroBatcher`` waits up to ``window_ms`` for more callers, then sends all waiting queries
 as one call. While a batch is in flight the next one fills up, so batches grow with load
-and never wait longer than the window when the system is idle.
+and never wait longer than the window when the system is idle. With ``idle_fire`` (what the
+server uses) a caller that finds nothing waiting and nothing in flight does not wait at all,
+and callers queued behind a batch go the moment it ends: a lone query costs no window, and
+under load batches form behind the one in flight.
 
 The HTTP client (``agentsearch.retrievers.client``) uses the same ``MicroBatcher`` with an
 HTTP request as the batch function; ``BatchingRetriever`` uses it around any in-process
@@ -41,6 +44,7 @@ class _LoopState:
     pending_queries: int = 0
     timer: asyncio.TimerHandle | None = None
     armed: bool = False
+    running: int = 0  # fn calls in flight
 
 
 class MicroBatcher:
@@ -50,6 +54,9 @@ class MicroBatcher:
     - ``max_batch``: most unique queries per ``fn`` call; a full batch goes at once, and a
       single caller with more queries is split into several calls.
     - ``max_inflight``: most ``fn`` calls running at once; later batches wait and grow.
+    - ``idle_fire``: a caller that finds the batcher idle (nothing pending, nothing in
+      flight) goes at once instead of waiting ``window_ms`` for company, and callers waiting
+      behind a batch go as soon as it is done, window or not.
 
     Identical queries in one batch are sent once (GRPO groups often repeat a query). Each
     batch uses the largest ``k`` asked for and every caller gets its own first ``k`` hits.
@@ -58,11 +65,11 @@ class MicroBatcher:
     """
 
     def __init__(self, fn: BatchFn, window_ms: float = 5.0, max_batch: int = 256,
-                 max_inflight: int = 4):
+                 max_inflight: int = 4, idle_fire: bool = False):
         if max_batch < 1 or max_inflight < 1 or window_ms < 0:
             raise ValueError("need max_batch >= 1, max_inflight >= 1 and window_ms >= 0")
         self.fn, self.window, self.max_batch = fn, window_ms / 1000.0, max_batch
-        self.max_inflight = max_inflight
+        self.max_inflight, self.idle_fire = max_inflight, idle_fire
         self._state: _LoopState | None = None
         self.stats = {"calls": 0, "batches": 0, "queries_sent": 0}
 
@@ -84,7 +91,8 @@ class MicroBatcher:
         if st.pending_queries >= self.max_batch:
             self._arm(st, 0.0)
         elif not st.armed:
-            self._arm(st, self.window)
+            idle = self.idle_fire and st.running == 0 and len(st.pending) == 1
+            self._arm(st, 0.0 if idle else self.window)
         return await item.future
 
     def _arm(self, st: _LoopState, delay: float) -> None:
@@ -119,7 +127,13 @@ class MicroBatcher:
             if st.pending and not st.armed:
                 self._arm(st, 0.0 if st.pending_queries >= self.max_batch else self.window)
             if items:
-                await self._run(items)
+                st.running += 1
+                try:
+                    await self._run(items)
+                finally:
+                    st.running -= 1
+                    if self.idle_fire and st.running == 0 and st.pending:
+                        self._arm(st, 0.0)  # idle again: who waits for company goes now
 
     async def _run(self, items: list[_Item]) -> None:
         unique: dict[str, int] = {}
@@ -159,9 +173,9 @@ class BatchingRetriever:
     """
 
     def __init__(self, retriever: Retriever, window_ms: float = 5.0, max_batch: int = 256,
-                 max_inflight: int = 2):
+                 max_inflight: int = 2, idle_fire: bool = False):
         self.retriever = retriever
-        self.batcher = MicroBatcher(retriever.asearch, window_ms, max_batch, max_inflight)
+        self.batcher = MicroBatcher(retriever.asearch, window_ms, max_batch, max_inflight, idle_fire)
 
     def search(self, queries: list[str], k: int = 3) -> list[list[Hit]]:
         return self.retriever.search(queries, k)

@@ -221,14 +221,16 @@ class DenseRetriever(SyncRetrieverMixin):
     def load(cls, index_dir: Path, manifest: dict, *, encoder: str | None = None,
              threads: int | None = None, ef_search: int | None = None, nprobe: int | None = None,
              search: str | dict | None = None, refine: int | None = None, mmap: bool = True,
-             batch_size: int | None = None, device: str = "cpu", **_):
+             batch_size: int | None = None, device: str = "cpu", encoder_url: str | None = None, **_):
         """Open the folder. ``encoder`` may name the encoder explicitly; it must be the one
         the index was built with. ``ef_search`` / ``nprobe`` / ``search`` (``"nprobe=64"``)
         override the stored query-time settings; ``refine`` the re-ranking depth (0: off).
         ``mmap``: leave the FAISS codes in their files, paged in as searched.
         ``batch_size``: queries per encoder forward (default 16 on CPU, where encoding is
         compute-bound, 256 on a GPU). ``device``: where the encoder (and, if FAISS can, the
-        index) runs: ``cpu``, ``cuda[:N]``, ``auto``."""
+        index) runs: ``cpu``, ``cuda[:N]``, ``auto``. ``encoder_url``: encode queries in an
+        encoder service (``agentsearch serve-encoder``) instead of loading the model here; it
+        must report the index's encoder config, and pass the probe check."""
         device = resolve_device(device)
         faiss = faiss_module(threads)
         built_with = manifest["encoder"]
@@ -240,9 +242,15 @@ class DenseRetriever(SyncRetrieverMixin):
                 f"--kind {manifest['kind']} --encoder {encoder} ...")
         docs = DocStore.load(index_dir, manifest)
         index = read_faiss(index_dir, manifest, mmap=mmap and not device.startswith("cuda"), threads=threads)
-        enc = Encoder(built_with, pooling=manifest["pooling"], query_prefix=manifest["query_prefix"],
-                      passage_prefix=manifest["passage_prefix"], max_length=manifest["max_length"],
-                      threads=threads, device=device)
+        if encoder_url:
+            from agentsearch.retrievers.encoder_service import RemoteEncoder, check_matches
+
+            enc = RemoteEncoder(encoder_url)
+            check_matches(enc, manifest, index_dir)
+        else:
+            enc = Encoder(built_with, pooling=manifest["pooling"], query_prefix=manifest["query_prefix"],
+                          passage_prefix=manifest["passage_prefix"], max_length=manifest["max_length"],
+                          threads=threads, device=device)
         if enc.dim != index.d:
             raise RetrieverError(
                 f"encoder {built_with!r} makes {enc.dim}-d vectors but {index_dir} holds {index.d}-d "

@@ -83,13 +83,14 @@ class LuceneRetriever(SyncRetrieverMixin):
     def search(self, queries: list[str], k: int = 3) -> list[list[Hit]]:
         """One ranked list of at most ``k`` hits per query.
 
-        With ``threads > 1`` the batch goes through one ``batch_search`` call; with one
-        thread a plain loop is faster (``batch_search`` gains only from its Java threads,
-        and its map of results costs extra Python-Java calls; see bench_retrieval.py (b)).
+        Two or more queries go through one ``batch_search`` call: once the JVM's JIT is warm
+        it is 1.33x a loop of single searches with one Java thread and 1.73x with two
+        (bench_retrieval.py (b), 2 idle cores; an earlier measurement with a cold JIT had
+        the loop ahead).
         """
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
-        if self.threads > 1 and len(queries) > 1:
+        if len(queries) > 1:
             return self.search_batch(queries, k)
         return [self.search_one(q, k) for q in queries]
 

@@ -8,6 +8,10 @@
 The port is chosen once (a free loopback port) and kept across restarts, so clients that
 hold the URL see a dead server come back where it was. The child's stderr goes to ``log``
 (appended) when given.
+
+``command`` runs another server instead (e.g. Search-R1's, through
+``scripts/search_r1_cpu.py``), with ``{port}`` in it replaced by the port; it counts as up
+once ``GET /health`` gets any HTTP answer (Search-R1's has no ``/health``: a 404 is an answer).
 """
 
 from __future__ import annotations
@@ -33,12 +37,14 @@ class ServerProcess:
     """One ``agentsearch serve --index ...`` child (module notes)."""
 
     def __init__(self, index: str | Path | list, *, port: int | None = None, threads: int = 1,
-                 args: tuple[str, ...] = (), log: Path | None = None, start_timeout_s: float = 180.0):
+                 args: tuple[str, ...] = (), log: Path | None = None, start_timeout_s: float = 180.0,
+                 command: list[str] | None = None):
         self.indexes = [str(i) for i in (index if isinstance(index, (list, tuple)) else [index])]
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.threads, self.args, self.log = threads, tuple(args), log
         self.start_timeout_s = start_timeout_s
+        self.command = [c.replace("{port}", str(self.port)) for c in command] if command else None
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> ServerProcess:
@@ -47,21 +53,23 @@ class ServerProcess:
         t = str(self.threads)
         env = {**os.environ, "OMP_NUM_THREADS": t, "AGENTSEARCH_JAVA_THREADS": t, "PYTHONWARNINGS": "ignore"}
         err = open(self.log, "ab") if self.log else subprocess.DEVNULL
-        self.proc = subprocess.Popen([sys.executable, "-m", "agentsearch", "serve", "--index", *self.indexes,
-                                      "--port", str(self.port), *self.args],
-                                     env=env, stdout=subprocess.DEVNULL, stderr=err)
+        cmd = self.command or [sys.executable, "-m", "agentsearch", "serve", "--index", *self.indexes,
+                               "--port", str(self.port), *self.args]
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
         if self.log:
             err.close()
         deadline = time.monotonic() + self.start_timeout_s
         while True:
             try:
-                if httpx.get(self.url + "/health", timeout=2.0).status_code == 200:
+                status = httpx.get(self.url + "/health", timeout=2.0).status_code
+                if status == 200 or (self.command and status < 500):
                     return self
             except httpx.HTTPError:
                 pass
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"agentsearch serve on port {self.port} did not start"
+                what = "the server" if self.command else "agentsearch serve"
+                raise RuntimeError(f"{what} on port {self.port} did not start"
                                    + (f"; see {self.log}" if self.log else ""))
             time.sleep(0.2)
 

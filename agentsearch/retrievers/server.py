@@ -50,6 +50,8 @@ from agentsearch.retrievers.base import Hit, Retriever
 __all__ = ["create_app", "serve_in_thread", "main", "Limits"]
 
 DEFAULT_TOPK = 3
+DEFAULT_BATCH_WINDOW_MS = 2.0
+"""``--batch-window-ms`` unless told otherwise (bench_retrieval.py (e): see docs/retrieval.md)."""
 UNDECLARED_BODY_BYTES = 64 << 10  # reserved for a chunked body until more of it arrives
 
 
@@ -138,9 +140,13 @@ def render_lists(hits: list[list[Hit]], return_scores: bool) -> bytes:
     return json.dumps(result, ensure_ascii=False).encode()[1:-1]
 
 
-def create_app(retriever: Retriever, limits: Limits | None = None, batch_window_ms: float = 0.0):
-    """The FastAPI app. ``batch_window_ms > 0`` also coalesces concurrent requests into one
-    batched search (``BatchingRetriever``), for callers that send one query per request."""
+def create_app(retriever: Retriever, limits: Limits | None = None,
+               batch_window_ms: float = DEFAULT_BATCH_WINDOW_MS):
+    """The FastAPI app. ``batch_window_ms > 0`` (the default) coalesces concurrent requests
+    into one batched search (``BatchingRetriever``): callers that send one query per request
+    share encoder forwards and FAISS calls. A request that finds the server idle is searched
+    at once; requests arriving while a search runs wait at most the window for company.
+    0 turns coalescing off."""
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, Response
 
@@ -148,7 +154,8 @@ def create_app(retriever: Retriever, limits: Limits | None = None, batch_window_
     if batch_window_ms > 0:
         from agentsearch.retrievers.batching import BatchingRetriever
 
-        retriever = BatchingRetriever(retriever, window_ms=batch_window_ms, max_batch=limits.search_batch)
+        retriever = BatchingRetriever(retriever, window_ms=batch_window_ms, max_batch=limits.search_batch,
+                                      idle_fire=True)
     app = FastAPI(title="agentsearch retrieval", docs_url=None, redoc_url=None, openapi_url=None)
     info = {"status": "ok", "kind": str(getattr(retriever, "kind", type(retriever).__name__)),
             "num_docs": getattr(retriever, "num_docs", None), "limits": limits.as_dict(),
@@ -260,6 +267,8 @@ def app_from_args(a):
              if v is not None}
     if getattr(a, "no_mmap", False):
         dense["mmap"] = False
+    if getattr(a, "encoder_url", None):
+        dense["encoder_url"] = a.encoder_url
     retriever = load_retriever(list(a.index), threads=getattr(a, "threads", None), device=device, **dense)
     limits = Limits(max_queries=a.max_queries, max_topk=a.max_topk,
                     max_query_chars=getattr(a, "max_query_chars", None) or 4096,
@@ -269,7 +278,8 @@ def app_from_args(a):
                     max_inflight_queries=getattr(a, "max_inflight_queries", None),
                     max_inflight_body_bytes=int(getattr(a, "max_inflight_body_mb", None) * (1 << 20))
                     if getattr(a, "max_inflight_body_mb", None) else None)
-    return create_app(retriever, limits, batch_window_ms=getattr(a, "batch_window_ms", None) or 0.0), retriever
+    window = getattr(a, "batch_window_ms", None)
+    return create_app(retriever, limits, DEFAULT_BATCH_WINDOW_MS if window is None else window), retriever
 
 
 def main(a) -> int:
