@@ -104,8 +104,8 @@ def main(a) -> int:
         return 0
     print(f"Advice, extrapolated from curves measured on {out['measured_on']} ({out['fit']}):")
     print(f"{out['vectors']:,.0f} vectors x {out['dim']} dims"
-          + (f", {out['ram_budget_gb']} GB of RAM" if ram else ""))
-    print(f"{'kind':<16}{'RAM GB':>8}{'disk GB':>9}{'build h':>9}{'ms/query':>10}{'recall@10':>11}  fits  settings")
+          + (f", {out['ram_budget_gb']} GiB of RAM" if ram else ""))
+    print(f"{'kind':<16}{'RAM GiB':>8}{'disk GiB':>9}{'build h':>9}{'ms/query':>10}{'recall@10':>11}  fits  settings")
     for r in out["kinds"]:
         fits = "-" if r["fits"] is None else ("yes" if r["fits"] else "no")
         rec = "-" if r["recall10"] is None else f"{r['recall10']:.3f}"
