@@ -42,12 +42,12 @@ from pathlib import Path
 
 import bench_servers  # this folder
 import numpy as np
+from bench_servers import index
 
 from agentsearch.core.cache import cache_dir
 from agentsearch.data import read_jsonl, wiki_corpus, world_dir
-from agentsearch.retrievers import RemoteRetriever, build_index, load_retriever
+from agentsearch.retrievers import RemoteRetriever, load_retriever
 from agentsearch.retrievers.process import ServerProcess
-from agentsearch.retrievers.store import MANIFEST
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,15 +66,6 @@ def corpus_and_queries(name: str, seed: int) -> tuple[Path, list[str], list[dict
         first = re.split(r"(?<=[.!?])\s", r["contents"].partition("\n")[2], maxsplit=1)[0]
         queries.append(" ".join(first.split()[:24]))
     return path, queries, []
-
-
-def index(corpus: Path, name: str, kind: str, threads: int, **kw) -> Path:
-    out = cache_dir() / "bench" / name / kind
-    if not (out / MANIFEST).exists():
-        t = time.perf_counter()
-        build_index(corpus, kind, out, threads=threads, **kw)
-        print(f"# built {kind} for {name} in {time.perf_counter() - t:.1f} s", file=sys.stderr)
-    return out
 
 
 def rate(fn, n: int, repeat: int = 3) -> float:

@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+from bench_load import pct  # this folder
 
 from agentsearch.core.cache import cache_dir
 from agentsearch.data import read_jsonl, write_jsonl
@@ -49,15 +49,15 @@ def numbered_corpus(corpus: Path, name: str) -> Path:
     return out
 
 
-def built(corpus: Path, kind: str, threads: int) -> Path:
-    out = corpus.parent / kind
+def index(corpus: Path, name: str, kind: str, threads: int, **kw) -> Path:
+    """The ``kind`` index of ``corpus`` under ``$AGENTSEARCH_CACHE/bench/<name>``, built on first
+    use (bench_retrieval.py's modes use it too)."""
+    out = cache_dir() / "bench" / name / kind
     if not (out / MANIFEST).exists():
-        build_index(corpus, kind, out, threads=threads)
+        t = time.perf_counter()
+        build_index(corpus, kind, out, threads=threads, **kw)
+        print(f"# built {kind} for {name} in {time.perf_counter() - t:.1f} s", file=sys.stderr)
     return out
-
-
-def pct(xs: list[float], p: float) -> float:
-    return round(float(np.percentile(xs, p)) * 1000, 2) if xs else float("nan")
 
 
 async def _post(reader, writer, body: bytes) -> bytes:
@@ -149,7 +149,7 @@ def bench_e(corpus: Path, name: str, queries: list[str], checkout: Path, threads
     corpus = numbered_corpus(corpus, name)
     log = corpus.parent / "servers.log"
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    flat, lucene, bm25s = (built(corpus, k, threads) for k in ("dense-flat", "bm25", "bm25s"))
+    flat, lucene, bm25s = (index(corpus, f"{name}-numbered", k, threads) for k in ("dense-flat", "bm25", "bm25s"))
 
     def ours(index: Path, *args: str):
         return lambda: ServerProcess(index, threads=threads, log=log, args=args)
@@ -184,7 +184,8 @@ def bench_f(corpus: Path, name: str, queries: list[str], threads: int, emit, n: 
 
     from agentsearch.retrievers.server import render_lists
 
-    r = load_retriever(built(numbered_corpus(corpus, name), "dense-flat", threads), threads=threads)
+    r = load_retriever(index(numbered_corpus(corpus, name), f"{name}-numbered", "dense-flat", threads),
+                       threads=threads)
     enc = r.encoder
     stages: dict[str, list[float]] = {s: [] for s in ("tokenize", "forward", "pool", "faiss", "docs", "json", "search")}
     for i in range(n + 20):

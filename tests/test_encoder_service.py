@@ -59,6 +59,8 @@ def test_bad_requests_and_mismatched_services(setup, tmp_path):
     bad = httpx.post(setup["url"] + "/encode", content=b"not json")
     assert bad.status_code == 422 and "texts" in bad.json()["detail"]
     assert httpx.post(setup["url"] + "/encode", json={"texts": ["a"], "kind": "image"}).status_code == 422
+    huge = httpx.post(setup["url"] + "/encode", content=b" " * ((64 << 20) + 1))
+    assert huge.status_code == 413 and "split the texts" in huge.json()["detail"]
     # A service with another encoder config (here: max_length) refuses to serve this index.
     with serve_in_thread(create_encoder_app(Encoder(setup["enc_dir"], max_length=32))) as other:
         with pytest.raises(RetrieverError, match="max_length: index 64 vs service 32"):

@@ -34,6 +34,7 @@ __all__ = ["create_encoder_app", "RemoteEncoder", "main", "CONFIG_KEYS"]
 
 CONFIG_KEYS = ("encoder", "dim", "pooling", "query_prefix", "passage_prefix", "max_length")
 MAX_TEXTS = 4096
+MAX_BODY_BYTES = 64 << 20  # 4,096 texts of 16 KiB: longer texts are truncated to max_length anyway
 
 
 def create_encoder_app(encoder, window_ms: float = 2.0, max_batch: int = 256, batch_size: int | None = None):
@@ -61,6 +62,10 @@ def create_encoder_app(encoder, window_ms: float = 2.0, max_batch: int = 256, ba
 
     @app.post("/encode")
     async def encode(request: Request):
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            return JSONResponse({"detail": f"request body of {int(declared):,} bytes is over the "
+                                           f"{MAX_BODY_BYTES:,}-byte limit (split the texts)"}, status_code=413)
         try:
             payload = json.loads(await request.body())
             texts, kind = payload["texts"], payload.get("kind", "query")
