@@ -54,7 +54,7 @@ def cmd_wiki_corpus(a) -> int:
 def cmd_demo(a) -> int:
     from agentsearch.recipes.demo import run_demo
 
-    return run_demo(out=a.out, overrides=a.overrides)
+    return run_demo(out=a.out, overrides=a.overrides, preset=a.preset)
 
 
 def cmd_train(a) -> int:
@@ -125,9 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     s = sub.add_parser("demo", help="train the tiny search agent on the synthetic world (CPU, minutes)")
+    s.add_argument("--preset", default="tiny", help="tiny (search, the default) or tiny-math (math with a "
+                   "calculator); the table says what RL changed per question type / problem kind")
     s.add_argument("--out", default=None,
                    help="run folder (default: a new runs/demo-YYYYmmdd-HHMMSS, so reruns never collide)")
-    s.add_argument("overrides", nargs="*", help="key=value overrides of the tiny preset")
+    s.add_argument("overrides", nargs="*", help="key=value overrides of the preset")
     s.set_defaults(fn=cmd_demo)
 
     s = sub.add_parser("train", help="GRPO (+ replay) training from a preset")
@@ -148,10 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--limit", type=int, default=None,
                    help="evaluate N questions (0 = all; a multi-source file is sampled per source, "
                         "eval.per_source); default: the run's eval.limit")
+    s.add_argument("--samples", default=None, metavar="TXT",
+                   help="also write decoded episodes (the first two of each question type) to this file")
     s.add_argument("overrides", nargs="*", help="key=value overrides")
     s.set_defaults(fn=cmd_eval)
 
-    s = sub.add_parser("diagnose", help="P(correct | forced search strategy) per question type")
+    s = sub.add_parser("diagnose", help="P(correct | forced search strategy, or math tool call on/off) per "
+                                          "question type")
     s.add_argument("--run", help="run folder (uses its final model)")
     s.add_argument("--model", help="model name or path (default: the preset's, tiny-base)")
     s.add_argument("--preset", default="tiny", help="preset whose env settings to use")

@@ -1,8 +1,10 @@
-"""Build a shipped base model from its recipe: ``tiny-base`` (``agentsearch/configs/base-tiny.yaml``)
-or ``tiny-chain-base`` (``agentsearch/configs/base-chains.yaml``, the hard world's).
+"""Build a shipped base model from its recipe: ``tiny-base`` (``agentsearch/configs/base-tiny.yaml``),
+``tiny-chain-base`` (``agentsearch/configs/base-chains.yaml``, the hard world's) or
+``tiny-math-base`` (``agentsearch/configs/base-math.yaml``, math with a calculator).
 
     python scripts/build_base.py                       # -> agentsearch/data/assets/tiny-base
     python scripts/build_base.py --base tiny-chain-base   # -> agentsearch/data/assets/tiny-chain-base
+    python scripts/build_base.py --base tiny-math-base    # -> agentsearch/data/assets/tiny-math-base
     python scripts/build_base.py --out /tmp/b sft.steps=100   # an experiment elsewhere
 
 25-40 minutes on 2 CPU cores; prints a progress line every 100 steps. Commit the folder it

@@ -1,4 +1,4 @@
-"""The shipped bases (``tiny-base``, ``tiny-chain-base``): each is what ``scripts/build_base.py``
+"""The shipped bases (``tiny-base``, ``tiny-chain-base``, ``tiny-math-base``): each is what ``scripts/build_base.py``
 builds from its recipe, loads fresh with the dev EM it was built with, and a missing, corrupt
 or mismatched asset is a clear error that names the build script."""
 

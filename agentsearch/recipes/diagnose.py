@@ -1,5 +1,8 @@
 """``agentsearch diagnose``: P(correct | strategy) per question type, with strategies forced.
 
+(Math, ``agentsearch/Math-v0`` with a tool: the same with the tool call forced off and on,
+per problem kind; see the end.)
+
 RL can only raise a search agent's score where a better strategy both exists and executes
 well: the diagnostic measures that *before* training. For every dev question it plays the
 model three times with the decision of *when to stop searching* forced and everything else
@@ -19,6 +22,10 @@ For multi-hop questions with ``gold_doc_ids`` (chains, bridge) ``hop_reach`` add
 model's own (natural) episodes, the share that retrieved each hop's article and the per-hop
 success P(hop j retrieved | hop j-1 retrieved), per question type: where along a chain the
 model stops or goes astray.
+
+For math the strategies are ``MATH_FORCED``: ``no_tool`` (the first turn must answer: the
+problem done in the head) and ``tool`` (the first turn must call the env's tool, e.g.
+``<calculator>``, the second must answer); ``natural`` reports tool calls per episode.
 """
 
 from __future__ import annotations
@@ -28,29 +35,35 @@ from collections import defaultdict
 
 from agentsearch.rollout.backends import Generation, SamplingParams
 
-__all__ = ["FORCED", "ForcedStrategyBackend", "diagnose", "hop_reach", "main"]
+__all__ = ["FORCED", "MATH_FORCED", "ForcedStrategyBackend", "diagnose", "hop_reach", "main"]
 
 FORCED = ("no_search", "one_search", "thorough")
+MATH_FORCED = ("no_tool", "tool")
+_CALLS = {"no_search": 0, "one_search": 1, "no_tool": 0, "tool": 1}  # thorough: the question's hops
 _QUESTION = re.compile(r"Question: (.*?)(?:\n|<\|im_end\|>|$)")
 
 
 class ForcedStrategyBackend:
     """Wraps a backend so that each turn opens with the tag ``strategy`` prescribes (tags
-    format: ``<search>`` or ``<answer>``); ``hops`` maps a question to its number of hops."""
+    format: ``<search>`` (``<{tool}>``) or ``<answer>``); ``hops`` maps a question to its
+    number of hops (``thorough`` only)."""
 
-    def __init__(self, inner, strategy: str, hops: dict[str, int]):
-        if strategy not in FORCED:
-            raise ValueError(f"unknown strategy {strategy!r}; choose from {FORCED}")
-        self.inner, self.strategy, self.hops = inner, strategy, hops
+    def __init__(self, inner, strategy: str, hops: dict[str, int] | None = None, *, tool: str = "search"):
+        if strategy not in FORCED + MATH_FORCED:
+            raise ValueError(f"unknown strategy {strategy!r}; choose from {FORCED + MATH_FORCED}")
+        self.inner, self.strategy, self.hops = inner, strategy, hops or {}
         self.tokenizer = inner.tokenizer
-        self._tag_ids = {t: self.tokenizer.encode(t, add_special_tokens=False) for t in ("<search>", "<answer>")}
+        self.call = f"<{tool}>"
+        self._tag_ids = {t: self.tokenizer.encode(t, add_special_tokens=False) for t in (self.call, "<answer>")}
 
     def _tag(self, conversation: str) -> str:
-        m = _QUESTION.search(conversation)
-        hops = self.hops.get(m.group(1).strip(), 1) if m else 1
-        searches = conversation.count("<information>")
-        wanted = {"no_search": 0, "one_search": 1, "thorough": hops}[self.strategy]
-        return "<search>" if searches < wanted else "<answer>"
+        if self.strategy == "thorough":
+            m = _QUESTION.search(conversation)
+            wanted = self.hops.get(m.group(1).strip(), 1) if m else 1
+        else:
+            wanted = _CALLS[self.strategy]
+        calls = conversation.count("\n\n<information>")  # what the env shows (a prompt may name the tag)
+        return self.call if calls < wanted else "<answer>"
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         tags = [self._tag(self.tokenizer.decode(p)) for p in prompts]
@@ -62,13 +75,20 @@ class ForcedStrategyBackend:
 
 def diagnose(backend, envs, tasks: list[dict], *, max_new_tokens: int, max_turns: int,
              max_seq_len: int, seed: int = 0) -> dict[str, dict[str, float]]:
-    """``{strategy: {type: P(correct)}}`` (plus ``searches`` per type for ``natural``)."""
+    """``{strategy: {type: P(correct)}}`` (plus ``searches`` per type for ``natural``: tool
+    calls per episode). ``envs`` of ``agentsearch/Math-v0`` get ``MATH_FORCED`` with their
+    first tool; others (search) ``FORCED``."""
+    from agentsearch.envs.math import MathEnv
     from agentsearch.trainer.eval import evaluate
 
     hops = {str(t["question"]).strip(): int(t.get("hops", 1)) for t in tasks}
+    math = isinstance(envs[0], MathEnv)
+    if math and not envs[0].tools:
+        raise ValueError("diagnose for math forces a tool call: give the env a tool (env_kwargs.tools=[calculator])")
+    tool = next(iter(envs[0].tools)) if math else "search"
     out: dict[str, dict[str, float]] = {}
-    for strategy in ("natural", *FORCED):
-        b = backend if strategy == "natural" else ForcedStrategyBackend(backend, strategy, hops)
+    for strategy in ("natural", *(MATH_FORCED if math else FORCED)):
+        b = backend if strategy == "natural" else ForcedStrategyBackend(backend, strategy, hops, tool=tool)
         res = evaluate(b, envs, tasks, n=1, temperature=0.0, max_new_tokens=max_new_tokens,
                        max_turns=max_turns, max_seq_len=max_seq_len, seed=seed)
         row: dict[str, float] = defaultdict(float)
@@ -122,7 +142,7 @@ def _titles(cfg) -> dict[str, str]:
     from agentsearch.data.loaders import split_contents
 
     kw = cfg.env_kwargs
-    if kw.get("index") or kw.get("questions"):
+    if cfg.env != "agentsearch/Search-v0" or kw.get("index") or kw.get("questions"):
         return {}
     folder = world_dir(seed=kw.get("world_seed", 0), entities=kw.get("world_entities"),
                        questions=kw.get("world_questions", "default"))
@@ -145,10 +165,12 @@ def main(a) -> int:
                      max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len, seed=cfg.seed)
     types = sorted({k for row in table.values() for k in row if " " not in k and k != "all"})
     t = Table(title=f"P(correct | strategy), {len(tasks)} {a.split or cfg.eval.split} questions, greedy")
-    for col in ["strategy", *types, "all"]:
+    for col in ["type", *table, "natural: tool calls / episode"]:
         t.add_column(col, justify="right")
-    for strategy, row in table.items():
-        t.add_row(strategy, *(f"{row.get(c, 0.0):.3f}" for c in [*types, "all"]))
+    for typ in [*types, "all"]:  # one row per question type (math: problem kind)
+        calls = table["natural"].get(f"{typ} searches")
+        t.add_row(typ, *(f"{row.get(typ, 0.0):.3f}" for row in table.values()),
+                  "" if calls is None else f"{calls:.2f}")
     Console().print(t)
     titles = _titles(cfg)
     hops = hop_reach(HFBackend(model, tok), envs, tasks, titles, max_new_tokens=cfg.generation.max_new_tokens,

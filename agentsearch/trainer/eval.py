@@ -220,6 +220,7 @@ def main(a) -> int:
     Unless given on the command line, the split, question count, samples and temperature are
     the run's (or preset's) ``eval`` settings."""
     import json
+    from pathlib import Path
 
     from agentsearch.trainer.setup import build_backend, preflight
 
@@ -227,7 +228,8 @@ def main(a) -> int:
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
     split = a.split or cfg.eval.split
-    questions = None if split in ("train", "dev", "test") else split
+    # a questions file (jsonl/parquet), or a split the env knows (train/dev/test; math: champ)
+    questions = split if Path(split).suffix in (".jsonl", ".json", ".parquet") or Path(split).is_file() else None
     settings = eval_settings(cfg)
     if a.n is not None:
         settings["n"] = a.n
@@ -240,6 +242,6 @@ def main(a) -> int:
         preflight(envs[0], loop=events)  # a dead retriever is a one-line error, not zero scores
         backend = build_backend(cfg, model, tok)
         events.own(backend)
-        res = evaluate(backend, envs, tasks, **settings, loop=events)
+        res = evaluate(backend, envs, tasks, **settings, loop=events, samples_to=a.samples)
     print(json.dumps(res, indent=1))
     return 0

@@ -84,9 +84,11 @@ class SFTConfig:
     pretrain_steps: int = 0
     """Causal-LM steps on all tokens of a disjoint world's oracle transcripts, before SFT
     (for randomly initialised tiny models; 0 = off). For ``agentsearch/Vision-v0``: a first
-    SFT stage on the population ``pretrain_strategies`` (where perception is learnt)."""
+    SFT stage on the population ``pretrain_strategies`` (where perception is learnt). For
+    ``agentsearch/Math-v0``: a first SFT stage (policy tokens) on other generator seeds."""
     pretrain_world_seed: int = 1000
-    """The first disjoint world for pretraining; must differ from env_kwargs.world_seed."""
+    """The first disjoint world for pretraining; must differ from env_kwargs.world_seed (math:
+    the first other problem-generator seed; must differ from env_kwargs.task_seed)."""
     pretrain_worlds: int = 1
     """Pretrain on this many disjoint worlds (seeds ``pretrain_world_seed``, +1, ...): diverse
     transcripts teach a tiny model to copy from context instead of memorising them."""
@@ -112,7 +114,8 @@ class SFTConfig:
     ``thorough``, ``one_search``); they differ only in when they stop searching. Chain
     questions (``env_kwargs.world_questions=chains``): ``thorough``, ``stop1``..``stop3``
     (``warmstart/chain_oracle.py``). For ``agentsearch/Vision-v0``: ``look`` / ``crop`` /
-    ``guess`` (``warmstart/vision_oracle.py``)."""
+    ``guess`` (``warmstart/vision_oracle.py``). For ``agentsearch/Math-v0``: ``calculator`` /
+    ``head`` (``warmstart/math_oracle.py``)."""
     pretrain_strategies: dict | None = None
     """The population's shares in pretraining (None: ``strategies``)."""
     log_every: int = 100
@@ -120,6 +123,7 @@ class SFTConfig:
 
     def __post_init__(self):
         from agentsearch.warmstart.chain_oracle import check_chain_strategies
+        from agentsearch.warmstart.math_oracle import check_math_strategies
         from agentsearch.warmstart.search_oracle import check_strategies
 
         def check_vision(shares):  # vision_oracle.VISION_STRATEGIES
@@ -136,14 +140,16 @@ class SFTConfig:
             except (TypeError, ValueError) as e:
                 raise ConfigError(f"sft.{name}: {e}") from None
             errors = []
-            for check in (check_strategies, check_chain_strategies, check_vision):  # one population's shares
+            for check in (check_strategies, check_chain_strategies, check_vision,
+                          check_math_strategies):  # one population's shares
                 try:
                     check(shares)
                     break
                 except ValueError as e:
                     errors.append(str(e))
             else:
-                raise ConfigError(f"sft.{name}: {errors[0]} (or chain questions: {errors[1]})")
+                raise ConfigError(f"sft.{name}: {errors[0]} (or chain questions: {errors[1]}; "
+                                  f"or math: {errors[3]})")
         if self.pretrain_worlds < 1:
             raise ConfigError(f"sft.pretrain_worlds={self.pretrain_worlds} must be >= 1")
 

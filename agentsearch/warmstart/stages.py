@@ -13,7 +13,10 @@ Search (``agentsearch/Search-v0`` on the synthetic world):
    tokens only (prompt and environment tokens masked).
 
 Both imitate the oracle population of ``pretrain_strategies`` / ``strategies``
-(``search_oracle``). Vision (``agentsearch/Vision-v0``): the same two stages on the
+(``search_oracle``). Math (``agentsearch/Math-v0`` with the calculator): the same two stages
+on the ``calculator``/``head`` population of ``math_oracle``, policy tokens only; stage 1
+plays ``pretrain_worlds`` other generator seeds (``task_seed`` from ``pretrain_world_seed``:
+other problems), stage 2 the training split. Vision (``agentsearch/Vision-v0``): the same two stages on the
 ``look``/``crop``/``guess`` population of ``vision_oracle``, with the episodes' images.
 Both go through the one loop, ``sft.sft_train``.
 """
@@ -30,10 +33,12 @@ from pathlib import Path
 
 from agentsearch.core.config import ConfigError
 from agentsearch.core.progress import Progress
+from agentsearch.envs.math import MathEnv
 from agentsearch.envs.search import SearchEnv
 from agentsearch.envs.vision import VisionEnv
 from agentsearch.rollout import Episode
 from agentsearch.warmstart.chain_oracle import chain_oracle_episodes
+from agentsearch.warmstart.math_oracle import MATH_STRATEGIES, math_oracle_episodes
 from agentsearch.warmstart.search_oracle import oracle_episodes
 from agentsearch.warmstart.sft import sft_train
 from agentsearch.warmstart.vision_oracle import VISION_STRATEGIES, vision_oracle_episodes
@@ -89,6 +94,8 @@ def warm_start(cfg, model, tok, envs, make_envs: Callable[[object, int], list] |
     config (the search pretraining's disjoint worlds; ``trainer.setup.build_envs``)."""
     if isinstance(envs[0], VisionEnv):
         return _vision(cfg, model, tok, envs[0])
+    if isinstance(envs[0], MathEnv):
+        return _math(cfg, model, tok, envs)
     kw = cfg.env_kwargs
     if kw.get("questions") or kw.get("index") or not isinstance(envs[0], SearchEnv):
         raise ConfigError("sft warm start needs the synthetic world's search env "
@@ -166,4 +173,37 @@ def _vision(cfg, model, tok, env) -> dict[str, float]:
         out.update({prefix + k.split("/", 1)[1]: v for k, v in res.items()})
         for strategy in VISION_STRATEGIES:
             out[f"{prefix}{strategy}_share"] = sum(e.info["strategy"] == strategy for e in eps) / max(len(eps), 1)
+    return out
+
+
+def _math(cfg, model, tok, envs) -> dict[str, float]:
+    """Up to two stages of SFT (policy tokens) on the ``math_oracle`` population: stage 1 on
+    ``sft.pretrain_episodes`` problems from each of ``sft.pretrain_worlds`` other generator
+    seeds (``sft.pretrain_strategies``), stage 2 on ``sft.episodes`` train problems of the
+    run's ``task_seed`` (``sft.strategies``: the mix the RL run starts from)."""
+    s, kw = cfg.sft, cfg.env_kwargs
+    task_seed = int(kw.get("task_seed", 0))
+    seeds = [s.pretrain_world_seed + i for i in range(s.pretrain_worlds)]
+    if task_seed in seeds:
+        raise ConfigError("sft.pretrain_world_seed (and the pretrain_worlds after it) must not include "
+                          "env_kwargs.task_seed: stage 1 plays other problems than the training split")
+    stages = [("pretrain", s.pretrain_steps, seeds, s.pretrain_episodes, s.pretrain_strategies or s.strategies,
+               s.pretrain_lr or s.lr, s.pretrain_batch_size or s.batch_size),
+              ("sft", s.steps, [task_seed], s.episodes, s.strategies, s.lr, s.batch_size)]
+    out: dict[str, float] = {}
+    for name, steps, task_seeds, n_episodes, shares, lr, batch_size in stages:
+        if steps <= 0:
+            continue
+        eps: list[Episode] = []
+        for ts in task_seeds:
+            eps += math_oracle_episodes(envs, tok, task_seed=ts, count=n_episodes, seed=cfg.seed,
+                                        max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len,
+                                        strategies=dict(shares))
+        res = sft_train(model, eps, steps=steps, lr=lr, batch_size=batch_size, seed=cfg.seed,
+                        log=_log(name, steps, s.log_every))
+        prefix = "sft/pretrain_" if name == "pretrain" else "sft/"  # the search warm start's keys
+        out.update({prefix + k.split("/", 1)[1]: v for k, v in res.items()})
+        for strategy in MATH_STRATEGIES:
+            calls = [bool(e.info.get("tool_calls")) == (strategy == "calculator") for e in eps]
+            out[f"{prefix}{strategy}_share"] = sum(calls) / max(len(calls), 1)
     return out

@@ -38,12 +38,12 @@ def _t_boxes(r):
             break
     q = (f"A bakery bakes {a} trays of {b} muffins. It sells {c} muffins and packs the rest "
          f"into boxes of {d}. How many boxes does it fill?")
-    return q, Fraction(rest // d), 3
+    return q, Fraction(rest // d), 3, f"( {a} * {b} - {c} ) / {d}"
 
 
 def _t_chain(r):
     a, b, c, d = (r.randint(2, 99) for _ in range(4))
-    return f"Compute ({a} + {b}) * {c} - {d}.", Fraction((a + b) * c - d), 3
+    return f"Compute ({a} + {b}) * {c} - {d}.", Fraction((a + b) * c - d), 3, f"({a} + {b}) * {c} - {d}"
 
 
 def _t_marbles(r):
@@ -55,14 +55,14 @@ def _t_marbles(r):
     total = a + b * c
     q = (f"{name} has {a} marbles and buys {b} bags of {c} marbles each. Then {name} gives "
          "away a third of all the marbles. How many marbles are left?")
-    return q, Fraction(total - total // 3), 4
+    return q, Fraction(total - total // 3), 4, f"( {a} + {b} * {c} ) * 2 / 3"
 
 
 def _t_train(r):
     v, t, w, s = r.randint(30, 140), r.randint(1, 9), r.randint(30, 140), r.randint(1, 9)
     q = (f"A train travels at {v} km/h for {t} hours and then at {w} km/h for {s} hours. "
          "How many kilometres does it travel in total?")
-    return q, Fraction(v * t + w * s), 3
+    return q, Fraction(v * t + w * s), 3, f"{v} * {t} + {w} * {s}"
 
 
 def _t_square(r):
@@ -72,19 +72,20 @@ def _t_square(r):
             break
     q = (f"A rectangle is {a} cm by {b} cm. A square has the same perimeter as the rectangle. "
          "What is the area of the square in square centimetres?")
-    return q, Fraction(((a + b) // 2) ** 2), 3
+    return q, Fraction(((a + b) // 2) ** 2), 3, f"( ( {a} + {b} ) / 2 ) ^ 2"
 
 
 def _t_powmod(r):
     a, b, m = r.randint(2, 19), r.randint(5, 60), r.randint(3, 23)
-    return f"What is the remainder when {a}^{b} is divided by {m}?", Fraction(pow(a, b, m)), 2
+    return (f"What is the remainder when {a}^{b} is divided by {m}?", Fraction(pow(a, b, m)), 2,
+            f"( {a} ^ {b} ) % {m}")
 
 
 def _t_consecutive(r):
     k = r.randint(-50, 400)
     s = 3 * k + 3
     return (f"The sum of three consecutive integers is {s}. What is the largest of them?",
-            Fraction(k + 2), 2)
+            Fraction(k + 2), 2, f"{s} / 3 + 1")
 
 
 def _t_discount(r):
@@ -92,18 +93,18 @@ def _t_discount(r):
     final = Fraction(p) * (100 - d) / 100 * (100 + t) / 100
     q = (f"A shop discounts a {p}-dollar coat by {d}% and then adds {t}% sales tax to the "
          "discounted price. What is the final price in dollars?")
-    return q, final, 3
+    return q, final, 3, f"{p} * ( 100 - {d} ) / 100 * ( 100 + {t} ) / 100"
 
 
 def _t_products(r):
     a, b, c, d, e = (r.randint(11, 999) for _ in range(5))
-    return f"Evaluate {a} * {b} - {c} * {d} + {e}.", Fraction(a * b - c * d + e), 3
+    return f"Evaluate {a} * {b} - {c} * {d} + {e}.", Fraction(a * b - c * d + e), 3, f"{a} * {b} - {c} * {d} + {e}"
 
 
 def _t_multiples(r):
     k, lo, hi = r.randint(3, 17), r.randint(1, 200), r.randint(300, 5000)
     q = f"How many multiples of {k} are there from {lo} to {hi}, inclusive?"
-    return q, Fraction(hi // k - (lo - 1) // k), 2
+    return q, Fraction(hi // k - (lo - 1) // k), 2, f"{hi} // {k} - ( {lo} - 1 ) // {k}"
 
 
 TEMPLATES = {"boxes": _t_boxes, "chain": _t_chain, "marbles": _t_marbles, "train": _t_train,
@@ -117,12 +118,13 @@ def _generate(split: str, n: int, seed: int, exclude: frozenset[str]) -> list[di
     rows, seen = [], set(exclude)
     while len(rows) < n:
         kind = names[r.randrange(len(names))]
-        q, ans, steps = TEMPLATES[kind](r)
+        q, ans, steps, expression = TEMPLATES[kind](r)
         if q in seen:
             continue
         seen.add(q)
         rows.append({"id": f"math-{split}-{len(rows):05d}", "question": q,
-                     "golden_answers": [_fmt(ans)], "type": kind, "steps": steps})
+                     "golden_answers": [_fmt(ans)], "type": kind, "steps": steps,
+                     "expression": expression})
     return rows
 
 
@@ -135,7 +137,9 @@ def _cached(split: str, n: int, seed: int) -> tuple[dict, ...]:
 
 
 def synthetic_math(split: str = "train", n: int | None = None, seed: int = 0) -> list[dict]:
-    """Seeded word problems: rows ``{id, question, golden_answers, type, steps}``."""
+    """Seeded word problems: rows ``{id, question, golden_answers, type, steps, expression}``
+    (``expression``: one calculator expression that computes the answer, its numbers written
+    as in the question, a space before each, so that they tokenize alike)."""
     if split not in SPLIT_SIZES:
         raise ValueError(f"synthetic math splits are {sorted(SPLIT_SIZES)} (or 'champ'), got {split!r}")
     return [dict(row) for row in _cached(split, n or SPLIT_SIZES[split], seed)]
