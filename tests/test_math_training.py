@@ -137,13 +137,17 @@ def test_demo_of_tiny_math_prints_accuracy_and_calculator_calls_per_kind(tmp_pat
         "boxes", "chain", "consecutive", "discount", "marbles", "multiples", "powmod", "products", "square", "train"}
 
 
-def test_champ_runs_through_the_same_env_and_eval(capsys):
-    """``agentsearch eval --split champ``: a split the math env knows, not a questions file."""
+def test_champ_runs_through_the_same_env_and_eval(tmp_path, capsys):
+    """``agentsearch eval --split champ``: a split the math env knows, not a questions file;
+    stdout is the JSON alone, a progress line per turn goes to stderr, ``--samples`` decodes."""
     import json
 
     from agentsearch.cli import main
 
-    assert main(["eval", "--preset", "tiny-math", "--split", "champ", "--limit", "3", "threads=1"]) == 0
-    out = capsys.readouterr().out
-    res = json.loads(out[out.index("{"):])
+    assert main(["eval", "--preset", "tiny-math", "--split", "champ", "--limit", "3", "--samples",
+                 str(tmp_path / "s.txt"), "threads=1"]) == 0
+    captured = capsys.readouterr()
+    res = json.loads(captured.out)
     assert res["eval/questions"] == 3.0 and 0.0 <= res["eval/mean_at_n"] <= 1.0
+    assert "[eval] 3 questions x 1 samples" in captured.err and "[eval] turn 1: " in captured.err
+    assert "Problem: " in (tmp_path / "s.txt").read_text()

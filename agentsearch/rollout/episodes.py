@@ -59,7 +59,8 @@ __all__ = ["Episode", "RolloutStats", "rollout", "arollout", "EventLoop"]
 async def arollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | str,
                    tasks: list[dict], backend: GenerationBackend, params: SamplingParams, *,
                    n_per_task: int = 1, max_turns: int | None = None, seed: int | None = None,
-                   max_seq_len: int | None = None) -> tuple[list[Episode], RolloutStats]:
+                   max_seq_len: int | None = None,
+                   on_turn: Callable[[int, int, int], None] | None = None) -> tuple[list[Episode], RolloutStats]:
     """``rollout`` as a coroutine (use it when an event loop is already running)."""
     t_start = time.perf_counter()
     tok = backend.tokenizer
@@ -102,14 +103,16 @@ async def arollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | 
         for (r, _), res, o_ids in zip(stepping, results, obs_ids):
             take_observation(r, res, o_ids, max_turns=max_turns, max_seq_len=max_seq_len)
         stats.time_tokenize += time.perf_counter() - t0
+        if on_turn is not None:
+            on_turn(turn, sum(r.done for r in runs), len(runs))
     return finish_episodes(runs, stats, t_start), stats
 
 
 def rollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | str, tasks: list[dict],
             backend: GenerationBackend, params: SamplingParams, *, n_per_task: int = 1,
             max_turns: int | None = None, seed: int | None = None,
-            max_seq_len: int | None = None,
-            loop: EventLoop | None = None) -> tuple[list[Episode], RolloutStats]:
+            max_seq_len: int | None = None, loop: EventLoop | None = None,
+            on_turn: Callable[[int, int, int], None] | None = None) -> tuple[list[Episode], RolloutStats]:
     """Play ``len(tasks) * n_per_task`` episodes; episode ``i`` plays ``tasks[i // n_per_task]``.
 
     ``envs_or_factory``: a list of env instances (one per episode, reused across calls), a
@@ -119,13 +122,14 @@ def rollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | str, ta
     Returns the episodes in task-major order (``n_per_task`` consecutive episodes per task)
     and a ``RolloutStats``. Inside a running event loop use ``await arollout(...)``.
     ``loop``: an ``EventLoop`` to run on (a training run passes one for all its rollouts);
-    without it each call runs on a fresh loop (``asyncio.run``).
+    without it each call runs on a fresh loop (``asyncio.run``). ``on_turn(turn, done, total)``
+    is called after each lock-step turn (progress lines for long evaluations).
     """
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         coro = arollout(envs_or_factory, tasks, backend, params, n_per_task=n_per_task,
-                        max_turns=max_turns, seed=seed, max_seq_len=max_seq_len)
+                        max_turns=max_turns, seed=seed, max_seq_len=max_seq_len, on_turn=on_turn)
         return asyncio.run(coro) if loop is None else loop.run(coro)
     raise RuntimeError("rollout() was called inside a running event loop; use "
                        "`await arollout(...)` there")

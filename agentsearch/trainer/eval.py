@@ -110,12 +110,14 @@ def _bucket(task: dict) -> str:
 
 def evaluate(backend, envs, tasks: list[dict], *, n: int = 1, temperature: float = 0.0,
              max_new_tokens: int = 64, max_turns: int | None = None, max_seq_len: int | None = None,
-             seed: int = 0, prefix: str = "eval", samples_to=None, loop=None) -> dict[str, float]:
+             seed: int = 0, prefix: str = "eval", samples_to=None, loop=None,
+             on_turn=None) -> dict[str, float]:
     """Play every task ``n`` times; return ``{prefix}/...`` metrics. ``samples_to``: a text
-    file for a few decoded episodes (``write_samples``). ``loop``: the run's ``EventLoop``."""
+    file for a few decoded episodes (``write_samples``). ``loop``: the run's ``EventLoop``.
+    ``on_turn(turn, done, total)``: called after each turn (``rollout``)."""
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     episodes, stats = rollout(envs, tasks, backend, params, n_per_task=n, max_turns=max_turns,
-                              seed=seed, max_seq_len=max_seq_len, loop=loop)
+                              seed=seed, max_seq_len=max_seq_len, loop=loop, on_turn=on_turn)
     per_bucket: dict[str, list[tuple[float, float]]] = defaultdict(list)
     behaviour: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     wins = []
@@ -220,6 +222,8 @@ def main(a) -> int:
     Unless given on the command line, the split, question count, samples and temperature are
     the run's (or preset's) ``eval`` settings."""
     import json
+    import sys
+    import time
     from pathlib import Path
 
     from agentsearch.trainer.setup import build_backend, preflight
@@ -242,6 +246,15 @@ def main(a) -> int:
         preflight(envs[0], loop=events)  # a dead retriever is a one-line error, not zero scores
         backend = build_backend(cfg, model, tok)
         events.own(backend)
-        res = evaluate(backend, envs, tasks, **settings, loop=events, samples_to=a.samples)
+        t0 = time.perf_counter()
+        # progress on stderr, one line per turn (terminal or not); stdout stays the JSON alone
+        print(f"[eval] {len(tasks)} questions x {settings['n']} samples, up to {cfg.max_turns} turns",
+              file=sys.stderr, flush=True)
+
+        def progress(turn: int, done: int, total: int) -> None:
+            print(f"[eval] turn {turn}: {done}/{total} episodes done ({time.perf_counter() - t0:.0f} s)",
+                  file=sys.stderr, flush=True)
+
+        res = evaluate(backend, envs, tasks, **settings, loop=events, samples_to=a.samples, on_turn=progress)
     print(json.dumps(res, indent=1))
     return 0
