@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 import pytest
 import torch
@@ -102,9 +103,12 @@ def test_a_metrics_line_cut_by_a_crash_is_dropped_on_resume(tmp_path):
     path.write_text("".join(json.dumps({"step": s, "x": s}) + "\n" for s in range(4)) + '{"step": 4, "x"')
     logger = MetricsLogger(tmp_path, tensorboard=False)
     logger.truncate_after(2)
+    before = time.time()
     logger.log(3, {"x": 3})
     logger.close()
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [0, 1, 2, 3]
+    last = json.loads(path.read_text().splitlines()[-1])  # stamped with the clock (who shared the machine)
+    assert last["x"] == 3 and before - 0.1 <= last["time/unix"] <= time.time() + 0.1 and is_timing("time/unix")
     path.write_text('{"step": 0}\nnot json\n{"step": 1}\n')  # damage that is not a crash's: an error
     with pytest.raises(ValueError, match="line 2 is not JSON"):
         MetricsLogger(tmp_path, tensorboard=False).truncate_after(1)

@@ -8,10 +8,12 @@ import json
 import pytest
 
 from agentsearch.analysis.hard_world import (
+    active_spans,
     area_under,
     bootstrap_ci,
     costs_to,
     method_table,
+    pace,
     pilot_rule,
 )
 from agentsearch.analysis.pareto import analyse
@@ -49,16 +51,19 @@ def test_bootstrap_interval_brackets_the_mean_and_collapses_on_one_value():
     assert bootstrap_ci(xs) == (lo, hi)  # seeded
 
 
-def _run(tmp_path, name, evals: dict[int, float], episodes=64, calls=100):
+def _run(tmp_path, name, evals: dict[int, float], episodes=64, calls=100, sps=5.0, start=None):
     d = tmp_path / name
     d.mkdir()
     recs = [{"step": 0, "eval/mean_at_n": evals[0], "time/train_cumulative": 0.0}]
     for s in range(1, max(evals) + 1):
-        rec = {"step": s, "time/train_cumulative": 5.0 * s, "rollout/episodes": episodes,
+        rec = {"step": s, "time/train_cumulative": sps * s, "rollout/episodes": episodes,
                "rollout/tool_calls": calls, "groups/zero_variance_frac": 0.5}
         if s in evals:
             rec.update({"eval/mean_at_n": evals[s], "eval/chain4/mean_at_n": evals[s] / 2})
         recs.append(rec)
+    if start is not None:  # the machine's clock when each record was written
+        for r in recs:
+            r["time/unix"] = start + r["time/train_cumulative"]
     recs.append(dict(recs[3]))  # a step logged twice (a resume) counts once
     (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
     return d
@@ -77,6 +82,25 @@ def test_costs_to_target_and_the_method_table(tmp_path):
     assert rows["on_policy_larger"]["episodes_to_target"] == 8 * 96.0
     assert rows["hdr"]["auc"] == pytest.approx((0.1 * 20 + 0.3 * 20) / 40)
     assert rows["hdr"]["final_k4"] == 0.16 and rows["hdr"]["zero_var"] == 0.5
+
+
+def test_active_spans_split_at_long_pauses():
+    recs = [{"time/unix": t} for t in (100.0, 160.0, 400.0, 2000.0, 2100.0)] + [{"step": 3}]
+    assert active_spans(recs, gap=900.0) == [(100.0, 400.0), (2000.0, 2100.0)]
+    assert active_spans([{"step": 1}]) == []
+
+
+def test_pace_flags_a_run_slower_than_its_method_and_names_who_shared_the_machine(tmp_path):
+    evals = {0: 0.1, 4: 0.2, 8: 0.3}
+    runs = [_run(tmp_path, "hdr-s0", evals, sps=8.0, start=1000.0),  # active 1000-1064
+            _run(tmp_path, "hdr-s1", evals, sps=5.0, start=1050.0),  # 1050-1090
+            _run(tmp_path, "hdr-s2", evals, sps=5.5),  # no stamps (written before 2026-12-02)
+            _run(tmp_path, "on_policy_larger-s0", evals, sps=5.0, start=5000.0)]
+    rows = {r["run"]: r for r in pace(analyse(runs, label_by="dir"))}
+    assert rows["hdr-s0"]["method_median"] == 5.5 and rows["hdr-s0"]["ratio"] == pytest.approx(8.0 / 5.5)
+    assert rows["hdr-s0"]["slowed"] and not rows["hdr-s1"]["slowed"] and not rows["hdr-s2"]["slowed"]
+    assert rows["hdr-s0"]["shared_with"] == "hdr-s1 (14 s)" and rows["hdr-s1"]["shared_with"] == "hdr-s0 (14 s)"
+    assert rows["on_policy_larger-s0"]["shared_with"] == "" and not rows["on_policy_larger-s0"]["slowed"]
 
 
 def test_the_report_command_writes_the_tables_for_a_suite(tmp_path):
@@ -99,6 +123,7 @@ def test_the_report_command_writes_the_tables_for_a_suite(tmp_path):
     table = (suite / "analysis" / "hard_world.md").read_text()
     assert "| hdr | 1 | 0.320 ± 0.000 | [0.320, 0.320] |" in table
     assert (suite / "analysis" / "pareto.png").exists() and (suite / "analysis" / "hard_world.csv").exists()
+    assert "| hdr-s0 | 5.00 | 5.00 | 1.00 |  | - |" in table and (suite / "analysis" / "pace.csv").exists()
 
 
 def test_archive_and_restore_carry_finished_runs_without_weights(tmp_path):

@@ -13,7 +13,11 @@ of every method, per latency setting:
   score (``area_under``);
 - mechanism averages per method over the run (``MECHANISM``): zero-variance share, mean
   |advantage|, replay accept rate, entropy, regeneration rounds, skipped prompts; and the
-  final score per hop count (``eval/chain{k}/mean_at_n``).
+  final score per hop count (``eval/chain{k}/mean_at_n``);
+- the load check (``pace``): each run's seconds per training step against its method's median
+  over seeds (wall-clock is the currency, so a run slowed by other work on the machine is
+  flagged for a rerun), and the runs it shared the machine with, from the ``time/unix`` stamp
+  of every record (written since 2026-12-02; older runs show none).
 
 Pure functions of the records; ``report`` writes ``hard_world.md`` and ``hard_world.csv``.
 """
@@ -26,12 +30,17 @@ from pathlib import Path
 
 from agentsearch.analysis.runs import MethodCurve, Run, cell, write_csv
 
-__all__ = ["pilot_rule", "bootstrap_ci", "costs_to", "area_under", "method_table", "report", "MECHANISM"]
+__all__ = ["pilot_rule", "bootstrap_ci", "costs_to", "area_under", "method_table", "pace", "active_spans", "report",
+           "MECHANISM", "SLOWED"]
 
 MECHANISM = {"zero_var": "groups/zero_variance_frac", "abs_adv": "groups/abs_advantage_mean",
              "accept": "replay/accept_rate", "entropy": "rollout/entropy", "regen_rounds": "dynamic/rounds",
              "skipped": "sampler/skipped", "replayed_rows": "replay/success_rows"}
 """Per-step metrics averaged over a run (name -> metrics.jsonl key); absent keys stay empty."""
+SLOWED = 1.2
+"""A run whose seconds per step exceed its method's median over seeds by more than this is flagged."""
+GAP = 900.0
+"""Seconds without a record that end an active span (a stopped session; an evaluation takes ~3 min)."""
 
 
 def pilot_rule(points: list[tuple[float, float, int]], budget: int) -> dict:
@@ -131,6 +140,43 @@ def method_table(result: dict, hops: tuple[int, ...] = (1, 2, 3, 4)) -> list[dic
     return rows
 
 
+def active_spans(records: list[dict], gap: float = GAP) -> list[tuple[float, float]]:
+    """The (first, last) ``time/unix`` stamps of each stretch of records with no pause longer
+    than ``gap`` seconds: when the run was on the machine. Empty for records without stamps."""
+    stamps = sorted(float(r["time/unix"]) for r in records if isinstance(r.get("time/unix"), (int, float)))
+    spans: list[tuple[float, float]] = []
+    for t in stamps:
+        if spans and t - spans[-1][1] <= gap:
+            spans[-1] = (spans[-1][0], t)
+        else:
+            spans.append((t, t))
+    return spans
+
+
+def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    return sum(max(0.0, min(x1, y1) - max(x0, y0)) for x0, x1 in a for y0, y1 in b)
+
+
+def pace(result: dict) -> list[dict]:
+    """One row per run: seconds per training step (training wall-clock at the last evaluation
+    over its step), the median of its method's runs, their ratio, ``slowed`` when the ratio is
+    above ``SLOWED`` (a method with one run is not judged), and the runs whose active spans
+    overlapped its own (with the seconds they shared) where the records carry ``time/unix``."""
+    runs = [r for m in result["_methods"] for r in m.usable]
+    spans = {r.name: active_spans(r.records) for r in runs}
+    rows = []
+    for m in result["_methods"]:
+        per_step = {r.name: r.train_seconds / r.points[-1][2] for r in m.usable if r.points[-1][2] > 0}
+        median = statistics.median(per_step.values()) if per_step else None
+        for name, sps in per_step.items():
+            ratio = sps / median if median else None
+            shared = {o: _overlap(spans[name], spans[o]) for o in spans if o != name}
+            rows.append({"run": name, "method": m.label, "s_per_step": sps, "method_median": median, "ratio": ratio,
+                         "slowed": len(per_step) > 1 and ratio is not None and ratio > SLOWED,
+                         "shared_with": "; ".join(f"{o} ({s:.0f} s)" for o, s in sorted(shared.items()) if s > 0)})
+    return rows
+
+
 def report(result: dict, out: Path, title: str = "") -> list[Path]:
     """``hard_world.md`` (the table) and ``hard_world.csv`` into ``out``; returns the paths."""
     rows = method_table(result)
@@ -150,7 +196,13 @@ def report(result: dict, out: Path, title: str = "") -> list[Path]:
                      f"{cell(r['episodes_to_target'], '.0f', '-')} | {cell(r['tool_calls_to_target'], '.0f', '-')} | "
                      f"{cell(r['auc'], '.3f')} | " + " | ".join(cell(r[f'final_k{k}'], '.3f') for k in (1, 2, 3, 4))
                      + f" | {cell(r['zero_var'], '.2f')} | {cell(r['abs_adv'], '.3f')} |")
+    loads = pace(result)
+    lines += ["", f"Load check: seconds per training step against the method's median over seeds (slowed: "
+              f"more than {SLOWED}x; rerun on an idle machine), and the runs it shared the machine with.", "",
+              "| run | s/step | method median | ratio | slowed | shared the machine with |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['run']} | {r['s_per_step']:.2f} | {r['method_median']:.2f} | {cell(r['ratio'], '.2f')} | "
+              f"{'yes' if r['slowed'] else ''} | {r['shared_with'] or '-'} |" for r in loads]
     md = out / "hard_world.md"
     md.write_text("\n".join(lines) + "\n")
     csv = write_csv(out / "hard_world.csv", rows)
-    return [md, csv]
+    return [md, csv, write_csv(out / "pace.csv", loads)]

@@ -1,7 +1,8 @@
 """Metrics sinks: ``metrics.jsonl`` (always), TensorBoard (default), W&B (optional).
 
 Every record carries ``step`` and ``time/train_cumulative`` so quality can be plotted
-against wall-clock (``agentsearch pareto``). Keys are namespaced (``reward/answer``,
+against wall-clock (``agentsearch pareto``), and ``time/unix`` (seconds since the epoch when it
+was written: which runs shared the machine, ``analysis.hard_world.pace``). Keys are namespaced (``reward/answer``,
 ``replay/accept_rate``, ``time/generate``).
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from pathlib import Path
 
 __all__ = ["MetricsLogger", "read_metrics", "progress_line"]
@@ -54,12 +56,12 @@ class MetricsLogger:
         self._f = open(self.path, "a", encoding="utf-8")
 
     def log(self, step: int, metrics: dict) -> None:
-        rec = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
+        rec = {"step": step, **{k: _clean(v) for k, v in metrics.items()}, "time/unix": round(time.time(), 1)}
         self._f.write(json.dumps(rec) + "\n")
         self._f.flush()
         if self._tb is not None:
             for k, v in rec.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step":
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("step", "time/unix"):
                     self._tb.add_scalar(k, v, step)
         if self._wandb is not None:
             self._wandb.log(rec, step=step)
