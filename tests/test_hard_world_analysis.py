@@ -63,7 +63,7 @@ def _run(tmp_path, name, evals: dict[int, float], episodes=64, calls=100, sps=5.
         recs.append(rec)
     if start is not None:  # the machine's clock when each record was written
         for r in recs:
-            r["time/unix"] = start + r["time/train_cumulative"]
+            r["clock/unix_seconds"] = start + r["time/train_cumulative"]
     recs.append(dict(recs[3]))  # a step logged twice (a resume) counts once
     (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
     return d
@@ -85,7 +85,7 @@ def test_costs_to_target_and_the_method_table(tmp_path):
 
 
 def test_active_spans_split_at_long_pauses():
-    recs = [{"time/unix": t} for t in (100.0, 160.0, 400.0, 2000.0, 2100.0)] + [{"step": 3}]
+    recs = [{"clock/unix_seconds": t} for t in (100.0, 160.0, 400.0, 2000.0, 2100.0)] + [{"step": 3}]
     assert active_spans(recs, gap=900.0) == [(100.0, 400.0), (2000.0, 2100.0)]
     assert active_spans([{"step": 1}]) == []
 
@@ -101,6 +101,24 @@ def test_pace_flags_a_run_slower_than_its_method_and_names_who_shared_the_machin
     assert rows["hdr-s0"]["slowed"] and not rows["hdr-s1"]["slowed"] and not rows["hdr-s2"]["slowed"]
     assert rows["hdr-s0"]["shared_with"] == "hdr-s1 (14 s)" and rows["hdr-s1"]["shared_with"] == "hdr-s0 (14 s)"
     assert rows["on_policy_larger-s0"]["shared_with"] == "" and not rows["on_policy_larger-s0"]["slowed"]
+
+
+def test_a_held_suite_starts_no_run(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    suite = tmp_path / "lat-0"
+    suite.mkdir()
+    (suite / "HOLD").touch()  # what a session does before it ends
+    script = Path(__file__).resolve().parent.parent / "scripts" / "experiments" / "hard_world.py"
+    res = subprocess.run([sys.executable, str(script), "compare", "--out", str(tmp_path), "--steps", "2", "--lr",
+                          "1e-3", "--latency", "none", "--to", str(tmp_path / "archive")],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    line = json.loads(res.stdout.strip().splitlines()[-1])
+    assert line["runs"] == 9 * 3 + 3 * 2 and len(line["held"]) == line["runs"] and line["failed"] == []
+    assert "hdr-s4" in line["held"] and sorted(p.name for p in suite.iterdir()) == ["HOLD", "suite.json"]
 
 
 def test_the_report_command_writes_the_tables_for_a_suite(tmp_path):

@@ -16,8 +16,8 @@ of every method, per latency setting:
   final score per hop count (``eval/chain{k}/mean_at_n``);
 - the load check (``pace``): each run's seconds per training step against its method's median
   over seeds (wall-clock is the currency, so a run slowed by other work on the machine is
-  flagged for a rerun), and the runs it shared the machine with, from the ``time/unix`` stamp
-  of every record (written since 2026-12-02; older runs show none).
+  flagged for a rerun), and the runs it shared the machine with, from the
+  ``clock/unix_seconds`` stamp of every record (written since 2026-12-02; older runs show none).
 
 Pure functions of the records; ``report`` writes ``hard_world.md`` and ``hard_world.csv``.
 """
@@ -29,6 +29,7 @@ import statistics
 from pathlib import Path
 
 from agentsearch.analysis.runs import MethodCurve, Run, cell, write_csv
+from agentsearch.trainer.metrics import CLOCK
 
 __all__ = ["pilot_rule", "bootstrap_ci", "costs_to", "area_under", "method_table", "pace", "active_spans", "report",
            "MECHANISM", "SLOWED"]
@@ -141,9 +142,9 @@ def method_table(result: dict, hops: tuple[int, ...] = (1, 2, 3, 4)) -> list[dic
 
 
 def active_spans(records: list[dict], gap: float = GAP) -> list[tuple[float, float]]:
-    """The (first, last) ``time/unix`` stamps of each stretch of records with no pause longer
-    than ``gap`` seconds: when the run was on the machine. Empty for records without stamps."""
-    stamps = sorted(float(r["time/unix"]) for r in records if isinstance(r.get("time/unix"), (int, float)))
+    """The (first, last) ``clock/unix_seconds`` stamps of each stretch of records with no pause
+    longer than ``gap`` seconds: when the run was on the machine. Empty without stamps."""
+    stamps = sorted(float(r[CLOCK]) for r in records if isinstance(r.get(CLOCK), (int, float)))
     spans: list[tuple[float, float]] = []
     for t in stamps:
         if spans and t - spans[-1][1] <= gap:
@@ -161,7 +162,7 @@ def pace(result: dict) -> list[dict]:
     """One row per run: seconds per training step (training wall-clock at the last evaluation
     over its step), the median of its method's runs, their ratio, ``slowed`` when the ratio is
     above ``SLOWED`` (a method with one run is not judged), and the runs whose active spans
-    overlapped its own (with the seconds they shared) where the records carry ``time/unix``."""
+    overlapped its own (with the seconds they shared) where the records carry ``clock/unix_seconds``."""
     runs = [r for m in result["_methods"] for r in m.usable]
     spans = {r.name: active_spans(r.records) for r in runs}
     rows = []

@@ -1,8 +1,9 @@
 """Metrics sinks: ``metrics.jsonl`` (always), TensorBoard (default), W&B (optional).
 
 Every record carries ``step`` and ``time/train_cumulative`` so quality can be plotted
-against wall-clock (``agentsearch pareto``), and ``time/unix`` (seconds since the epoch when it
-was written: which runs shared the machine, ``analysis.hard_world.pace``). Keys are namespaced (``reward/answer``,
+against wall-clock (``agentsearch pareto``), and ``clock/unix_seconds`` (seconds since the epoch
+when it was written: which runs shared the machine, ``analysis.hard_world.pace``; not a phase,
+so not under ``time/``). Keys are namespaced (``reward/answer``,
 ``replay/accept_rate``, ``time/generate``).
 """
 
@@ -14,7 +15,10 @@ import os
 import time
 from pathlib import Path
 
-__all__ = ["MetricsLogger", "read_metrics", "progress_line"]
+__all__ = ["MetricsLogger", "read_metrics", "progress_line", "CLOCK"]
+
+CLOCK = "clock/unix_seconds"
+"""The key of every record's wall-clock stamp (seconds since the epoch)."""
 
 
 def _clean(v):
@@ -56,12 +60,12 @@ class MetricsLogger:
         self._f = open(self.path, "a", encoding="utf-8")
 
     def log(self, step: int, metrics: dict) -> None:
-        rec = {"step": step, **{k: _clean(v) for k, v in metrics.items()}, "time/unix": round(time.time(), 1)}
+        rec = {"step": step, **{k: _clean(v) for k, v in metrics.items()}, CLOCK: round(time.time(), 1)}
         self._f.write(json.dumps(rec) + "\n")
         self._f.flush()
         if self._tb is not None:
             for k, v in rec.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("step", "time/unix"):
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("step", CLOCK):
                     self._tb.add_scalar(k, v, step)
         if self._wandb is not None:
             self._wandb.log(rec, step=step)

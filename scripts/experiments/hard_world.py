@@ -15,7 +15,9 @@ tool latency, evaluated every 20 steps on the dev slice (greedy, or ``--eval-n``
 (``--preset tiny-chains``): first every method of ``--methods`` (default: the ``hard`` group)
 on seeds 0-2, then ``--key`` methods (default hdr, on_policy_larger, dynamic_sampling) on seeds
 3-4, so a suite cut short has whole seeds for every method. Each run is followed, in its own
-slot, by its ``finals`` and its ``archive``.
+slot, by its ``finals`` and its ``archive``. Before a session ends, ``touch OUT/lat-<mean>/HOLD``:
+the runs in flight finish and no new one starts (an unfinished run does not outlive the
+session's machine); ``compare`` lists the runs it held and starts none until the file is removed.
 
 ``finals``: every finished run's final model scored again: 8 samples at temperature 1 on the
 dev slice (pass@1/4/8), greedily on a chain world never used in development (world seed
@@ -54,6 +56,7 @@ PRESET = "tiny-chains"
 PILOT_STEPS = 300
 BUDGETS = (150, 200, 300)
 UNSEEN_WORLD = 500
+HOLD = "HOLD"  # in a suite folder: start no new run (compare's docstring)
 ARCHIVE = Path(__file__).resolve().parents[2] / "docs" / "results" / "hard_world" / "runs"
 
 
@@ -127,6 +130,8 @@ def compare(a) -> int:
     def job(spec) -> str:
         if (spec.run / ARCHIVED).exists():
             return "archived before"
+        if (out / HOLD).exists():
+            return "held"
         trained = train_run(spec.run, spec.preset, spec.overrides, threads=1)
         if not (spec.run / "final_evals.json").exists():
             _final_evals(spec.run)
@@ -137,7 +142,8 @@ def compare(a) -> int:
 
     results = run_parallel(job, runs, a.parallel)
     failed = [f"{s.name}: {str(r).splitlines()[0]}" for s, r in zip(runs, results) if isinstance(r, BaseException)]
-    print(json.dumps({"suite": str(out), "runs": len(runs), "failed": failed}))
+    held = [s.name for s, r in zip(runs, results) if r == "held"]
+    print(json.dumps({"suite": str(out), "runs": len(runs), "held": held, "failed": failed}))
     return 1 if failed else 0
 
 
