@@ -241,9 +241,11 @@ def test_replay_diagnostics_hand_worked(tmp_path):
     dec = {f"replay/exposure_h0_decile_{d}": float(d) for d in range(10)}
     hdr = [_train_rec(1, **{"replay/scan_depth": 0.0, "replay/accept_rate": 0.0, "replay/candidates": 0.0}),
            _train_rec(2, **{"replay/scan_depth": 8.0, "replay/accept_rate": 0.5, "replay/candidates": 8.0,
-                            "replay/age_mean": 1.0, "time/replay_scan": 0.5, "time/step": 2.5}),
+                            "replay/age_mean": 1.0, "time/replay_scan": 0.5, "time/step": 2.5,
+                            "replay/drift_age_1": 0.01, "replay/drift_age_16up": 0.5}),
            _train_rec(3, **{"replay/scan_depth": 16.0, "replay/accept_rate": 0.25, "replay/candidates": 16.0,
-                            "replay/age_mean": 2.0, "time/replay_scan": 0.5, "time/step": 2.5, **dec})]
+                            "replay/age_mean": 2.0, "time/replay_scan": 0.5, "time/step": 2.5, **dec,
+                            "replay/drift_age_1": 0.03, "replay/drift_age_2_3": 0.1})]
     naive = [_train_rec(s, **{"replay/scan_depth": 4.0, "replay/accept_rate": 1.0, "replay/candidates": 8.0,
                               "time/replay_scan": 0.1, "time/step": 2.0}) for s in (1, 2, 3)]
     runs = [make_run(tmp_path, "hdr-s0", [(0, 0, .2)], kind="hdr", extra=hdr),
@@ -257,6 +259,9 @@ def test_replay_diagnostics_hand_worked(tmp_path):
     assert s["hdr"]["scan_depth"] == pytest.approx(8.0)     # (0 + 8 + 16) / 3
     assert s["hdr"]["age_mean"] == pytest.approx(1.5)
     assert d["deciles"]["hdr"] == [float(x) for x in range(10)] and "naive" not in d["deciles"]
+    assert s["hdr"]["drift_age_1"] == pytest.approx(0.02) and s["hdr"]["drift_age_16up"] == 0.5
+    assert "drift_age_1" not in s["naive"]  # naive scores nothing: no drift
+    assert "| method | 1 | 2-3 | 16+ |" in d["markdown"] and "| hdr | 2.00e-02 | 1.00e-01 | 5.00e-01 |" in d["markdown"]
     t = {row["method"]: row for row in d["time"]}
     # hdr: scan (0 + 0.5 + 0.5) / 3 = 1/3 s of a (2 + 2.5 + 2.5) / 3 = 7/3 s step
     assert t["hdr"]["replay_scan_share"] == pytest.approx(1 / 7)

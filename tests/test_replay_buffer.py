@@ -102,6 +102,21 @@ def test_gate_accepts_first_k_rep_feasible_and_stops_after_the_chunk():
     assert sel.stats["replay/drift_accepted"] == pytest.approx(0.0025, rel=1e-4)
 
 
+def test_drift_by_age_of_the_scanned_groups():
+    buf = HeadroomDriftBuffer(capacity=20, k_rep=1, tau=1e-2, scan_chunk=8)
+    filled(buf, [0.1, 0.2])  # pids 0, 1 born at step 0
+    buf.add([group(2, 0.3, step=3), group(3, 0.4, step=3)], 3)  # born at step 3
+    scorer = FakeScorer({0: 0.2, 1: 0.15, 2: 0.05, 3: -0.05})  # drift = shift**2
+    sel = buf.select(scorer, step=5)  # one chunk scans all four: ages 5, 5, 2, 2
+    assert sel.scanned == 4 and [g.prompt_id for g in sel.accepted] == [2]  # 0 and 1 drifted past tau
+    assert sel.stats["replay/drift_age_4_7"] == pytest.approx((0.04 + 0.0225) / 2, rel=1e-4)
+    assert sel.stats["replay/drift_age_2_3"] == pytest.approx(0.0025, rel=1e-4)
+    assert "replay/drift_age_1" not in sel.stats and "replay/drift_age_16up" not in sel.stats
+    naive = make_replay("naive", capacity=20, k_rep=1)
+    filled(naive, [0.1, 0.2])
+    assert not any(k.startswith("replay/drift_age") for k in naive.select(None, step=5).stats)  # scores nothing
+
+
 def test_cache_refresh_for_scanned_groups_only_and_replay_counts():
     buf = HeadroomDriftBuffer(capacity=20, k_rep=1, tau=1e-2, scan_chunk=2)
     gs = filled(buf, [0.1, 0.2, 0.3, 0.4])

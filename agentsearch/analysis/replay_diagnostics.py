@@ -10,6 +10,8 @@ From every training record (step >= 1) of the runs of a method, averaged over se
 - replay count per group by decile of its initial headroom: the last
   ``replay/exposure_h0_decile_0..9`` of each run (``agentsearch.replay.stats``), which shows
   whether a strategy spends its replays on high-headroom groups;
+- drift by age: ``replay/drift_age_*`` (the gate's drift of the groups scanned, by steps
+  since generation; ``agentsearch.replay.stats``), mean over steps and seeds;
 - seconds per step by phase (``time/generate``, ``env``, ``reward``, ``logprobs``,
   ``replay_scan``, ``update``, ``sync``, ``other``, ``step``) and the replay scan's share of
   a step. With a ``naive`` method present, ``scan_over_naive`` is the extra selection cost
@@ -32,6 +34,7 @@ __all__ = ["replay_diagnostics", "write_diagnostics", "SERIES", "PHASE_KEYS"]
 SERIES = ("replay/accept_rate", "replay/scan_depth", "replay/age_mean")
 DECILES = tuple(f"replay/exposure_h0_decile_{d}" for d in range(10))
 LIFETIME = ("replay/exposure_top10_share", "replay/never_replayed_frac", "replay/accept_rate_lifetime")
+AGE_PREFIX = "replay/drift_age_"
 PHASE_KEYS = ("generate", "env", "reward", "logprobs", "replay_scan", "update", "sync", "other", "step")
 
 
@@ -75,6 +78,12 @@ def _deciles(m: MethodCurve) -> list[float] | None:
     return [statistics.fmean(col) for col in zip(*per_run)] if per_run else None
 
 
+def _age_keys(m: MethodCurve) -> list[str]:
+    """The ``replay/drift_age_*`` keys in the method's records, youngest range first."""
+    keys = {k for r in m.runs for x in r.records for k in x if k.startswith(AGE_PREFIX)}
+    return sorted(keys, key=lambda k: int(k[len(AGE_PREFIX):].split("_")[0].removesuffix("up")))
+
+
 def _time_row(m: MethodCurve) -> dict:
     recs = [x for r in m.runs for x in _train_records(r)]
     row = {"method": m.label, "steps": len(recs)}
@@ -106,6 +115,8 @@ def replay_diagnostics(methods: list[MethodCurve]) -> dict:
             row[k.split("/", 1)[1]] = _mean([pts[-1][1] for r in m.runs
                                              if (pts := _series(MethodCurve(m.label, [r]), k))])
         row.update({f"h0_decile_{d}": (dec[d] if dec else None) for d in range(10)})
+        for k in _age_keys(m):
+            row[k.split("/", 1)[1]] = _mean([v for _, v in _series(m, k)])
         out["summary"].append(row)
     if not out["series"] and methods:
         out["messages"].append("no run replays (all on-policy, or no replay/* metrics): no replay diagnostics")
@@ -135,6 +146,14 @@ def _markdown(d: dict) -> str:
             lines.append(f"| {s['method']} | {cell(s['accept_rate'], '.3f')} | {cell(s['scan_depth'], '.1f')} | "
                          f"{cell(s['age_mean'], '.2f')} | {cell(s['accepted'], '.2f')} | "
                          f"{cell(s['exposure_top10_share'], '.3f')} | {dec} |")
+        ages = sorted({k for s in d["summary"] for k in s if k.startswith("drift_age_")},
+                      key=lambda k: int(k[len("drift_age_"):].split("_")[0].removesuffix("up")))
+        if ages:
+            names = [k[len("drift_age_"):].replace("_", "-").replace("up", "+") for k in ages]
+            lines += ["", "Drift of the scanned groups by age in steps (the gate's drift, mean over steps and "
+                      "seeds):", "", "| method | " + " | ".join(names) + " |", "|---|" + "---|" * len(ages)]
+            lines += [f"| {s['method']} | " + " | ".join(cell(s.get(k), ".2e") for k in ages) + " |"
+                      for s in d["summary"]]
     return "\n".join(lines) + "\n"
 
 

@@ -237,7 +237,7 @@ class HeadroomDriftBuffer:
                         take = r.passed and len(accepted) < budget
                         if take:
                             accepted.append(g)
-                        records.append(dataclasses.replace(r, accepted=take))
+                        records.append(dataclasses.replace(r, accepted=take, age=int(step) - g.born_step))
                     if len(accepted) >= budget:
                         break
         for g in accepted:

@@ -15,7 +15,11 @@ Every key is namespaced ``replay/...``. Per selection (``Selection.stats``):
   drift of replayed groups / of groups that failed the gate),
   ``replay/headroom_accepted`` / ``replay/headroom_rejected`` (the same for current
   headroom), each present only when there is such a group;
-- ``replay/age_mean``, ``replay/age_max``: step - born_step of the accepted groups.
+- ``replay/age_mean``, ``replay/age_max``: step - born_step of the accepted groups;
+- drift by age, only for scoring strategies: ``replay/drift_age_1``, ``_2_3``, ``_4_7``,
+  ``_8_15``, ``_16up``: mean gate drift of the groups scanned this step whose age (steps since
+  they were generated) falls in that range, each present only when one does. How fast does a
+  stored group go stale as the policy moves, and does the gate's tau cut at the right age?
 
 Buffer-level (``ReplayStats.metrics``, merged into every selection's stats and available
 after ``add`` through the buffer's ``metrics()``):
@@ -53,7 +57,7 @@ from agentsearch.replay.groups import ReplayGroup
 from agentsearch.replay.scores import headroom
 
 __all__ = ["ScanRecord", "ReplayStats", "selection_metrics", "exposure_concentration",
-           "exposure_by_decile"]
+           "exposure_by_decile", "AGE_BUCKETS", "age_key"]
 
 log = logging.getLogger("agentsearch.replay")
 
@@ -68,6 +72,16 @@ class ScanRecord:
     tokens: int       # |T(g)|
     passed: bool      # drift <= tau (always True without a gate)
     accepted: bool    # passed and a replay slot was still free
+    age: int = 0      # step - born_step at the scan
+
+
+AGE_BUCKETS = ((1, 1), (2, 3), (4, 7), (8, 15), (16, None))
+"""Age ranges (inclusive; None: no upper end) of the ``replay/drift_age_*`` metrics."""
+
+
+def age_key(lo: int, hi: int | None) -> str:
+    """``replay/drift_age_1``, ``_2_3``, ..., ``_16up``: the key of an ``AGE_BUCKETS`` range."""
+    return f"replay/drift_age_{lo}" + ("up" if hi is None else "" if hi == lo else f"_{hi}")
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -98,6 +112,10 @@ def selection_metrics(*, candidates: int, scanned: int, accepted: Sequence[Repla
     if rej:
         out["replay/drift_rejected"] = _mean([r.drift for r in rej])
         out["replay/headroom_rejected"] = _mean([r.headroom for r in rej])
+    for lo, hi in AGE_BUCKETS:
+        ds = [r.drift for r in records if r.age >= lo and (hi is None or r.age <= hi)]
+        if ds:
+            out[age_key(lo, hi)] = _mean(ds)
     if accepted:
         ages = [step - g.born_step for g in accepted]
         out["replay/age_mean"] = _mean(ages)
