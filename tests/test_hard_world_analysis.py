@@ -8,9 +8,11 @@ import json
 import pytest
 
 from agentsearch.analysis.hard_world import (
+    REFERENCE_S_PER_STEP,
     active_spans,
     area_under,
     bootstrap_ci,
+    calibration_factor,
     costs_to,
     method_table,
     pace,
@@ -121,6 +123,37 @@ def test_a_held_suite_starts_no_run(tmp_path):
     assert "hdr-s4" in line["held"] and sorted(p.name for p in suite.iterdir()) == ["HOLD", "suite.json"]
 
 
+def test_seconds_are_scaled_by_the_last_calibration_before_the_run(tmp_path):
+    cals = [{"unix": 900.0, "s_per_step": 2 * REFERENCE_S_PER_STEP}, {"unix": 4000.0, "s_per_step": REFERENCE_S_PER_STEP},
+            {"unix": 6000.0, "s_per_step": 0.5 * REFERENCE_S_PER_STEP}]
+    recs = [{"clock/unix_seconds": t} for t in (5000.0, 5100.0)]
+    assert calibration_factor(recs, cals) == 1.0  # the one at 4000, not 900 (older) nor 6000 (after)
+    assert calibration_factor(recs, cals[:1]) == 0.5 and calibration_factor([{"step": 1}], cals) is None
+    assert calibration_factor(recs, cals[2:]) is None  # only a calibration after the run started
+    evals = {0: 0.1, 4: 0.2, 8: 0.3}
+    runs = [_run(tmp_path, "hdr-s0", evals, sps=10.0, start=1000.0),  # a machine 2x slower: 10 -> 5 s
+            _run(tmp_path, "hdr-s1", evals, sps=5.0, start=5000.0)]
+    rows = {r["run"]: r for r in pace(analyse(runs, label_by="dir"), cals)}
+    assert rows["hdr-s0"]["factor"] == 0.5 and rows["hdr-s0"]["s_per_step"] == 5.0 and rows["hdr-s1"]["factor"] == 1.0
+    assert rows["hdr-s0"]["ratio"] == 1.0 and not rows["hdr-s0"]["slowed"]  # slower machine, not a slowed run
+
+
+def test_calibrate_measures_the_reference_workload(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "experiments" / "hard_world.py"
+    res = subprocess.run([sys.executable, str(script), "calibrate", "--out", str(tmp_path), "--steps", "1"],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    line = json.loads(res.stdout.strip().splitlines()[-1])
+    saved = list((tmp_path / "calibration").glob("*.json"))
+    assert [p.name for p in (tmp_path / "calibration").iterdir()] == [saved[0].name]  # run folders removed
+    assert json.loads(saved[0].read_text()) == line and line["steps"] == 1 and line["s_per_step"] > 0
+    assert line["tokens_per_step"] > 0 and line["s_per_step"] >= line["phases"]["update"] > 0
+
+
 def test_the_report_command_writes_the_tables_for_a_suite(tmp_path):
     import subprocess
     import sys
@@ -129,7 +162,9 @@ def test_the_report_command_writes_the_tables_for_a_suite(tmp_path):
     suite = tmp_path / "lat-0.2"
     suite.mkdir()
     _run(suite, "on_policy_larger-s0", {0: 0.1, 4: 0.2, 8: 0.3})
-    _run(suite, "hdr-s0", {0: 0.1, 4: 0.3, 8: 0.32})
+    _run(suite, "hdr-s0", {0: 0.1, 4: 0.3, 8: 0.32}, start=1000.0)
+    (tmp_path / "calibration").mkdir()  # this machine ran the reference at half the reference's speed
+    (tmp_path / "calibration" / "500.json").write_text(json.dumps({"unix": 500, "s_per_step": 2 * REFERENCE_S_PER_STEP}))
     script = Path(__file__).resolve().parent.parent / "scripts" / "experiments" / "hard_world.py"
     res = subprocess.run([sys.executable, str(script), "report", str(suite)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -141,7 +176,8 @@ def test_the_report_command_writes_the_tables_for_a_suite(tmp_path):
     table = (suite / "analysis" / "hard_world.md").read_text()
     assert "| hdr | 1 | 0.320 ± 0.000 | [0.320, 0.320] |" in table
     assert (suite / "analysis" / "pareto.png").exists() and (suite / "analysis" / "hard_world.csv").exists()
-    assert "| hdr-s0 | 5.00 | 5.00 | 1.00 |  | - |" in table and (suite / "analysis" / "pace.csv").exists()
+    assert "| hdr-s0 | 2.50 | 0.500 | 2.50 | 1.00 |  | - |" in table  # 5 s a step, scaled to the reference
+    assert "| on_policy_larger-s0 | 5.00 | - | 5.00 | 1.00 |  | - |" in table  # no stamps: not scaled and (suite / "analysis" / "pace.csv").exists()
 
 
 def test_archive_and_restore_carry_finished_runs_without_weights(tmp_path):
@@ -158,6 +194,8 @@ def test_archive_and_restore_carry_finished_runs_without_weights(tmp_path):
     (run / "final").mkdir()
     (run / "final_evals.json").write_text('{"dev_n8": {}}')
     _run(suite, "on_policy-s0", {0: 0.1, 4: 0.2})  # unfinished: not archived
+    (tmp_path / "runs" / "calibration").mkdir()  # the machine's calibration goes along
+    (tmp_path / "runs" / "calibration" / "1000.json").write_text('{"unix": 1000, "s_per_step": 6.0}')
     script = Path(__file__).resolve().parent.parent / "scripts" / "experiments" / "hard_world.py"
     store = tmp_path / "archive"
     res = subprocess.run([sys.executable, str(script), "archive", str(suite), "--to", str(store)],
@@ -170,3 +208,4 @@ def test_archive_and_restore_carry_finished_runs_without_weights(tmp_path):
     again = back / "lat-0" / "hdr-s0"
     assert run_finished(again) and not (again / "final").exists()
     assert (again / "metrics.jsonl").read_bytes() == (run / "metrics.jsonl").read_bytes()
+    assert json.loads((back / "calibration" / "1000.json").read_text()) == {"unix": 1000, "s_per_step": 6.0}

@@ -19,6 +19,14 @@ slot, by its ``finals`` and its ``archive``. Before a session ends, ``touch OUT/
 the runs in flight finish and no new one starts (an unfinished run does not outlive the
 session's machine); ``compare`` lists the runs it held and starts none until the file is removed.
 
+``calibrate``: this machine's speed, since each session gets a fresh machine and they differ
+(1.8x on 2026-12-02): the first ``--steps`` (12) steps of on-policy GRPO on ``tiny-chains`` at
+seed 1 (deterministic work: the same tokens every time), two copies at once as the grid runs
+two, into ``OUT/calibration/<unix>.json`` (seconds per step; the runs' folders are removed).
+``compare`` calibrates first (``--no-calibrate`` skips it); ``report`` gives each run the last
+calibration before its first record and scales its seconds per step to the reference machine
+(``analysis.hard_world.REFERENCE_S_PER_STEP``).
+
 ``finals``: every finished run's final model scored again: 8 samples at temperature 1 on the
 dev slice (pass@1/4/8), greedily on a chain world never used in development (world seed
 500), and ``agentsearch diagnose`` on the dev slice (P(correct | forced strategy) per k and the
@@ -31,8 +39,9 @@ is skipped).
 ``archive`` / ``restore``: a grid larger than one session goes on in the next from the
 repository. ``archive SUITE...`` copies every finished, final-evaluated run's ``config.yaml``,
 ``metrics.jsonl`` (gzipped) and ``final_evals.json`` into ``docs/results/hard_world/runs/``
-(no weights); ``restore`` puts them back under ``--out`` marked ``archived.json``, so the suite
-skips them and the report reads them.
+(no weights), and the machine calibrations into ``runs/calibration/``; ``restore`` puts them
+back under ``--out``, the runs marked ``archived.json``, so the suite skips them and the report
+reads them.
 
 Every command is resumable: rerun it and finished runs are skipped.
 """
@@ -56,6 +65,7 @@ PRESET = "tiny-chains"
 PILOT_STEPS = 300
 BUDGETS = (150, 200, 300)
 UNSEEN_WORLD = 500
+CALIBRATION_STEPS = 12
 HOLD = "HOLD"  # in a suite folder: start no new run (compare's docstring)
 ARCHIVE = Path(__file__).resolve().parents[2] / "docs" / "results" / "hard_world" / "runs"
 
@@ -122,6 +132,8 @@ def compare(a) -> int:
     if a.key:
         runs += [s for s in specs(a.key, [3, 4])[0] if s.name not in {r.name for r in runs}]
     out.mkdir(parents=True, exist_ok=True)
+    if a.calibrate and not (out / HOLD).exists():
+        calibrate(argparse.Namespace(out=a.out, steps=CALIBRATION_STEPS))
     (out / "suite.json").write_text(json.dumps({
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "budget": budget,
         "runs": {s.name: ["agentsearch", "train", "--preset", s.preset, "--out", str(s.run), *s.overrides]
@@ -136,6 +148,7 @@ def compare(a) -> int:
         if not (spec.run / "final_evals.json").exists():
             _final_evals(spec.run)
         _archive_run(spec.run, Path(a.to))
+        _copy_calibrations(out.parent / "calibration", Path(a.to) / "calibration")
         print(f"[hard_world] {spec.name}: {'trained' if trained else 'finished before'}, evaluated, archived",
               file=sys.stderr, flush=True)
         return "done"
@@ -145,6 +158,33 @@ def compare(a) -> int:
     held = [s.name for s, r in zip(runs, results) if r == "held"]
     print(json.dumps({"suite": str(out), "runs": len(runs), "held": held, "failed": failed}))
     return 1 if failed else 0
+
+
+def calibrate(a) -> int:
+    """This machine's seconds per step on the reference workload (module doc)."""
+    import shutil
+    import statistics
+    import time
+
+    from agentsearch.trainer.metrics import read_metrics
+
+    cal = Path(a.out) / "calibration"
+    stamp = int(time.time())
+    runs = [cal / f"run-{stamp}" / x for x in ("a", "b")]
+    over = ["seed=1", "replay.kind=none", "lr=3e-4", f"steps={a.steps}", "eval.every=0", "eval.limit=8",
+            "eval.n=1", "threads=1", "tensorboard=false", "checkpoint_every=100000"]
+    results = run_parallel(lambda r: train_run(r, PRESET, over, threads=1), runs, 2)
+    if any(isinstance(r, BaseException) for r in results):
+        raise RuntimeError(f"calibration failed: {results}")
+    steps = [[x for x in read_metrics(r) if x.get("step", 0) > 0 and "time/step" in x] for r in runs]
+    res = {"unix": stamp, "steps": a.steps, "s_per_step": statistics.fmean(x["time/step"] for xs in steps for x in xs),
+           "phases": {k: statistics.fmean(x[f"time/{k}"] for xs in steps for x in xs)
+                      for k in ("generate", "logprobs", "update")},
+           "tokens_per_step": statistics.fmean(x["tokens/generated"] for xs in steps for x in xs)}
+    (cal / f"{stamp}.json").write_text(json.dumps(res, indent=1))
+    shutil.rmtree(cal / f"run-{stamp}")
+    print(json.dumps(res), flush=True)
+    return 0
 
 
 def _final_evals(run: Path) -> dict:
@@ -188,7 +228,9 @@ def report(a) -> int:
         result = analyse(runs, label_by="dir", target_method="on_policy_larger",
                          target_score=0.9 * base["final_mean"])
         write_outputs(result, suite / "analysis" / "pareto.png")
-        write_report(result, suite / "analysis", title=f"{suite.name}: target 90% of on_policy_larger's final")
+        cals = [json.loads(c.read_text()) for c in sorted((suite.parent / "calibration").glob("*.json"))]
+        write_report(result, suite / "analysis", title=f"{suite.name}: target 90% of on_policy_larger's final",
+                     calibrations=cals)
         write_report(full, suite / "analysis" / "paper_target",
                      title=f"{suite.name}: target 100% of on_policy_larger's final (the HDR paper's test)")
         evals = {r.name: json.loads((r / "final_evals.json").read_text())
@@ -216,9 +258,21 @@ def _archive_run(run: Path, to: Path) -> Path:
     return dest
 
 
+def _copy_calibrations(src: Path, dest: Path) -> int:
+    """The machine calibrations (``calibrate``) of ``src`` into ``dest``; how many were new."""
+    import shutil
+
+    new = [c for c in sorted(src.glob("*.json")) if not (dest / c.name).exists()]
+    for c in new:
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copy(c, dest / c.name)
+    return len(new)
+
+
 def archive(a) -> int:
     done = []
     for suite in map(Path, a.suites):
+        _copy_calibrations(suite.parent / "calibration", Path(a.to) / "calibration")
         for run in sorted(r for r in suite.iterdir() if r.is_dir()):
             if (run / "final").exists() and run_finished(run) and (run / "final_evals.json").exists():
                 _archive_run(run, Path(a.to))
@@ -245,6 +299,7 @@ def restore(a) -> int:
             shutil.copyfileobj(f, out)
         (run / ARCHIVED).write_text(json.dumps({"from": str(src)}) + "\n")
         done.append(str(run))
+    _copy_calibrations(Path(a.source) / "calibration", Path(a.out) / "calibration")
     print(json.dumps({"restored": len(done), "runs": done}))
     return 0
 
@@ -269,7 +324,11 @@ def main() -> int:
     c.add_argument("--key", default="hdr,on_policy_larger,dynamic_sampling", help="methods also run on seeds 3-4")
     c.add_argument("--parallel", type=int, default=2)
     c.add_argument("--to", default=str(ARCHIVE), help="the archive every finished run is copied into")
+    c.add_argument("--no-calibrate", dest="calibrate", action="store_false", help="skip the speed calibration")
     c.add_argument("overrides", nargs="*")
+    k = sub.add_parser("calibrate")
+    k.add_argument("--out", default="runs/hard_world")
+    k.add_argument("--steps", type=int, default=CALIBRATION_STEPS)
     for name in ("finals", "report", "archive"):
         s = sub.add_parser(name)
         s.add_argument("suites", nargs="+")
@@ -279,8 +338,8 @@ def main() -> int:
     r.add_argument("--source", default=str(ARCHIVE))
     r.add_argument("--out", default="runs/hard_world")
     a = ap.parse_args()
-    return {"pilot": pilot, "compare": compare, "finals": finals, "report": report, "archive": archive,
-            "restore": restore}[a.cmd](a)
+    return {"pilot": pilot, "compare": compare, "calibrate": calibrate, "finals": finals, "report": report,
+            "archive": archive, "restore": restore}[a.cmd](a)
 
 
 if __name__ == "__main__":
