@@ -78,10 +78,14 @@ def _deciles(m: MethodCurve) -> list[float] | None:
     return [statistics.fmean(col) for col in zip(*per_run)] if per_run else None
 
 
+def _youngest_first(keys: set[str], prefix: str) -> list[str]:
+    """``PREFIX1``, ``PREFIX2_3``, ..., ``PREFIX16up`` ordered by the range's first age."""
+    return sorted(keys, key=lambda k: int(k[len(prefix):].split("_")[0].removesuffix("up")))
+
+
 def _age_keys(m: MethodCurve) -> list[str]:
     """The ``replay/drift_age_*`` keys in the method's records, youngest range first."""
-    keys = {k for r in m.runs for x in r.records for k in x if k.startswith(AGE_PREFIX)}
-    return sorted(keys, key=lambda k: int(k[len(AGE_PREFIX):].split("_")[0].removesuffix("up")))
+    return _youngest_first({k for r in m.runs for x in r.records for k in x if k.startswith(AGE_PREFIX)}, AGE_PREFIX)
 
 
 def _time_row(m: MethodCurve) -> dict:
@@ -146,8 +150,7 @@ def _markdown(d: dict) -> str:
             lines.append(f"| {s['method']} | {cell(s['accept_rate'], '.3f')} | {cell(s['scan_depth'], '.1f')} | "
                          f"{cell(s['age_mean'], '.2f')} | {cell(s['accepted'], '.2f')} | "
                          f"{cell(s['exposure_top10_share'], '.3f')} | {dec} |")
-        ages = sorted({k for s in d["summary"] for k in s if k.startswith("drift_age_")},
-                      key=lambda k: int(k[len("drift_age_"):].split("_")[0].removesuffix("up")))
+        ages = _youngest_first({k for s in d["summary"] for k in s if k.startswith("drift_age_")}, "drift_age_")
         if ages:
             names = [k[len("drift_age_"):].replace("_", "-").replace("up", "+") for k in ages]
             lines += ["", "Drift of the scanned groups by age in steps (the gate's drift, mean over steps and "

@@ -134,6 +134,7 @@ def compare(a) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if a.calibrate and not (out / HOLD).exists():
         calibrate(argparse.Namespace(out=a.out, steps=CALIBRATION_STEPS))
+        _copy_calibrations(out.parent / "calibration", Path(a.to) / "calibration")
     (out / "suite.json").write_text(json.dumps({
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "budget": budget,
         "runs": {s.name: ["agentsearch", "train", "--preset", s.preset, "--out", str(s.run), *s.overrides]
@@ -148,7 +149,6 @@ def compare(a) -> int:
         if not (spec.run / "final_evals.json").exists():
             _final_evals(spec.run)
         _archive_run(spec.run, Path(a.to))
-        _copy_calibrations(out.parent / "calibration", Path(a.to) / "calibration")
         print(f"[hard_world] {spec.name}: {'trained' if trained else 'finished before'}, evaluated, archived",
               file=sys.stderr, flush=True)
         return "done"
