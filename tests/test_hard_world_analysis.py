@@ -8,6 +8,7 @@ import json
 import pytest
 
 from agentsearch.analysis.hard_world import (
+    MACHINE_FILE,
     REFERENCE_S_PER_STEP,
     active_spans,
     area_under,
@@ -133,9 +134,22 @@ def test_seconds_are_scaled_by_the_last_calibration_before_the_run(tmp_path):
     evals = {0: 0.1, 4: 0.2, 8: 0.3}
     runs = [_run(tmp_path, "hdr-s0", evals, sps=10.0, start=1000.0),  # a machine 2x slower: 10 -> 5 s
             _run(tmp_path, "hdr-s1", evals, sps=5.0, start=5000.0)]
-    rows = {r["run"]: r for r in pace(analyse(runs, label_by="dir"), cals)}
+    result = analyse(runs, label_by="dir", time_scale=lambda r: calibration_factor(r.records, cals))
+    assert result["time_scale"] == {"hdr-s0": 0.5, "hdr-s1": 1.0}
+    assert [p[0] for p in result["_runs"][0].points] == [0.0, 20.0, 40.0]  # every second scaled, not only the pace
+    rows = {r["run"]: r for r in pace(result)}
     assert rows["hdr-s0"]["factor"] == 0.5 and rows["hdr-s0"]["s_per_step"] == 5.0 and rows["hdr-s1"]["factor"] == 1.0
     assert rows["hdr-s0"]["ratio"] == 1.0 and not rows["hdr-s0"]["slowed"]  # slower machine, not a slowed run
+
+
+def test_a_pinned_calibration_places_a_run_without_stamps():
+    cals = [{"unix": 900.0, "s_per_step": 2 * REFERENCE_S_PER_STEP}, {"unix": 4000.0, "s_per_step": REFERENCE_S_PER_STEP}]
+    unstamped = [{"step": 1}]
+    assert calibration_factor(unstamped, cals) is None and calibration_factor(unstamped, cals, pinned=900.0) == 0.5
+    stamped = [{"clock/unix_seconds": 5000.0}]
+    assert calibration_factor(stamped, cals, pinned=900.0) == 0.5  # the pin wins over the stamps
+    with pytest.raises(ValueError, match="no calibration made at unix 123"):
+        calibration_factor(unstamped, cals, pinned=123)
 
 
 def test_calibrate_measures_the_reference_workload(tmp_path):
@@ -163,6 +177,8 @@ def test_the_report_command_writes_the_tables_for_a_suite(tmp_path):
     suite.mkdir()
     _run(suite, "on_policy_larger-s0", {0: 0.1, 4: 0.2, 8: 0.3})
     _run(suite, "hdr-s0", {0: 0.1, 4: 0.3, 8: 0.32}, start=1000.0)
+    pinned = _run(suite, "naive-s0", {0: 0.1, 4: 0.2, 8: 0.25})  # no stamps, but known to be from that machine
+    (pinned / MACHINE_FILE).write_text('{"calibration_unix": 500}')
     (tmp_path / "calibration").mkdir()  # this machine ran the reference at half the reference's speed
     (tmp_path / "calibration" / "500.json").write_text(json.dumps({"unix": 500, "s_per_step": 2 * REFERENCE_S_PER_STEP}))
     script = Path(__file__).resolve().parent.parent / "scripts" / "experiments" / "hard_world.py"
@@ -171,13 +187,16 @@ def test_the_report_command_writes_the_tables_for_a_suite(tmp_path):
     line = json.loads(res.stdout.strip().splitlines()[-1])
     assert line["ok"] and line["target"]["score"] == pytest.approx(0.27)  # 90% of on_policy_larger's final
     hdr = line["methods"]["hdr"]
-    assert hdr["ratio_to_90pct"] == 0.5 and hdr["ratio_to_100pct"] == 0.5 and hdr["reached"] == "1/1"
+    # hdr reaches 0.3 at step 4 (on_policy_larger at 8) on a machine 2x slower than the reference: 4/8 x 0.5
+    assert hdr["ratio_to_90pct"] == 0.25 and hdr["ratio_to_100pct"] == 0.25 and hdr["reached"] == "1/1"
     assert line["methods"]["on_policy_larger"]["ratio_to_90pct"] == 1.0  # 0.3 at step 8 is its first >= 0.27
     table = (suite / "analysis" / "hard_world.md").read_text()
     assert "| hdr | 1 | 0.320 ± 0.000 | [0.320, 0.320] |" in table
     assert (suite / "analysis" / "pareto.png").exists() and (suite / "analysis" / "hard_world.csv").exists()
     assert "| hdr-s0 | 2.50 | 0.500 | 2.50 | 1.00 |  | - |" in table  # 5 s a step, scaled to the reference
-    assert "| on_policy_larger-s0 | 5.00 | - | 5.00 | 1.00 |  | - |" in table  # no stamps: not scaled and (suite / "analysis" / "pace.csv").exists()
+    assert "| on_policy_larger-s0 | 5.00 | - | 5.00 | 1.00 |  | - |" in table  # no stamps: not scaled
+    assert "| naive-s0 | 2.50 | 0.500 | 2.50 | 1.00 |  | - |" in table  # no stamps, pinned: scaled
+    assert (suite / "analysis" / "pace.csv").exists()
 
 
 def test_archive_and_restore_carry_finished_runs_without_weights(tmp_path):
@@ -193,6 +212,7 @@ def test_archive_and_restore_carry_finished_runs_without_weights(tmp_path):
     (run / "config.yaml").write_text("seed: 0\n")
     (run / "final").mkdir()
     (run / "final_evals.json").write_text('{"dev_n8": {}}')
+    (run / MACHINE_FILE).write_text('{"calibration_unix": 1000, "why": "no stamps"}')
     _run(suite, "on_policy-s0", {0: 0.1, 4: 0.2})  # unfinished: not archived
     (tmp_path / "runs" / "calibration").mkdir()  # the machine's calibration goes along
     (tmp_path / "runs" / "calibration" / "1000.json").write_text('{"unix": 1000, "s_per_step": 6.0}')
@@ -209,3 +229,4 @@ def test_archive_and_restore_carry_finished_runs_without_weights(tmp_path):
     assert run_finished(again) and not (again / "final").exists()
     assert (again / "metrics.jsonl").read_bytes() == (run / "metrics.jsonl").read_bytes()
     assert json.loads((back / "calibration" / "1000.json").read_text()) == {"unix": 1000, "s_per_step": 6.0}
+    assert json.loads((again / MACHINE_FILE).read_text())["calibration_unix"] == 1000  # the pin goes along

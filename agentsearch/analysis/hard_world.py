@@ -18,9 +18,12 @@ of every method, per latency setting:
   over seeds (wall-clock is the currency, so a run slowed by other work on the machine is
   flagged for a rerun), and the runs it shared the machine with, from the
   ``clock/unix_seconds`` stamp of every record (written since 2026-12-02; older runs show none);
-  with the machine's calibrations (``hard_world.py calibrate``), seconds per step are scaled
-  to the reference machine first (``calibration_factor``), as sessions get machines of
-  different speeds.
+  sessions get machines of different speeds, so ``pareto.analyse(..., time_scale=...)`` with
+  ``calibration_factor`` (from the machine's ``hard_world.py calibrate`` records) puts every
+  run's seconds on the reference machine's clock before any time column is computed (time to
+  target, ratios, area, the load check). The factor scales all of a run's seconds, tool
+  latency sleeps included, which do not depend on the machine: in a latency suite it
+  over-corrects the sleep share, so such a suite is best run within one session.
 
 Pure functions of the records; ``report`` writes ``hard_world.md`` and ``hard_world.csv``.
 """
@@ -35,7 +38,7 @@ from agentsearch.analysis.runs import MethodCurve, Run, cell, write_csv
 from agentsearch.trainer.metrics import CLOCK
 
 __all__ = ["pilot_rule", "bootstrap_ci", "costs_to", "area_under", "method_table", "pace", "active_spans",
-           "calibration_factor", "report", "MECHANISM", "SLOWED", "REFERENCE_S_PER_STEP"]
+           "calibration_factor", "report", "MECHANISM", "SLOWED", "REFERENCE_S_PER_STEP", "MACHINE_FILE"]
 
 MECHANISM = {"zero_var": "groups/zero_variance_frac", "abs_adv": "groups/abs_advantage_mean",
              "accept": "replay/accept_rate", "entropy": "rollout/entropy", "regen_rounds": "dynamic/rounds",
@@ -47,6 +50,9 @@ REFERENCE_S_PER_STEP = 6.64
 """Seconds per step of the calibration workload on the reference machine: the first 12 steps of
 the archived on_policy-s1 (2026-12-02, before 15:00 UTC; its seed and settings are the
 workload's, paired with another run as the calibration is)."""
+MACHINE_FILE = "machine.json"
+"""In a run folder, optional: ``{"calibration_unix": U, "why": ...}``, the calibration made on the
+machine the run trained on, for runs without ``clock/unix_seconds`` stamps to place them."""
 GAP = 900.0
 """Seconds without a record that end an active span (a stopped session; an evaluation takes ~3 min)."""
 
@@ -165,42 +171,49 @@ def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> floa
     return sum(max(0.0, min(x1, y1) - max(x0, y0)) for x0, x1 in a for y0, y1 in b)
 
 
-def calibration_factor(records: list[dict], calibrations: list[dict]) -> float | None:
+def calibration_factor(records: list[dict], calibrations: list[dict], pinned: float | None = None) -> float | None:
     """``REFERENCE_S_PER_STEP`` over the seconds per step of the last calibration made before
     the run's first stamped record (None: no stamps, or no calibration before them): a run's
-    seconds times this are seconds on the reference machine."""
+    seconds times this are seconds on the reference machine. ``pinned``: the ``unix`` of the
+    calibration to use instead, for a run known to have trained on the machine that made it
+    (``MACHINE_FILE``); an unknown one is an error."""
+    if pinned is not None:
+        match = [c for c in calibrations if c["unix"] == pinned]
+        if not match:
+            raise ValueError(f"no calibration made at unix {pinned} (pinned in {MACHINE_FILE})")
+        return REFERENCE_S_PER_STEP / match[0]["s_per_step"]
     spans = active_spans(records)
     before = [c for c in calibrations if spans and c["unix"] <= spans[0][0]]
     return REFERENCE_S_PER_STEP / max(before, key=lambda c: c["unix"])["s_per_step"] if before else None
 
 
-def pace(result: dict, calibrations: list[dict] = ()) -> list[dict]:
+def pace(result: dict) -> list[dict]:
     """One row per run: seconds per training step (training wall-clock at the last evaluation
-    over its step; times ``calibration_factor`` where known: seconds on the reference machine),
+    over its step, on the clock the result was analysed with: ``time_scale``), the run's factor,
     the median of its method's runs, their ratio, ``slowed`` when the ratio is above ``SLOWED``
     (a method with one run is not judged), and the runs whose active spans overlapped its own
     (with the seconds they shared) where the records carry ``clock/unix_seconds``."""
     runs = [r for m in result["_methods"] for r in m.usable]
     spans = {r.name: active_spans(r.records) for r in runs}
-    factors = {r.name: calibration_factor(r.records, list(calibrations)) for r in runs}
+    factors = result.get("time_scale") or {}
     rows = []
     for m in result["_methods"]:
-        per_step = {r.name: r.train_seconds / r.points[-1][2] * (factors[r.name] or 1.0)
-                    for r in m.usable if r.points[-1][2] > 0}
+        per_step = {r.name: r.train_seconds / r.points[-1][2] for r in m.usable if r.points[-1][2] > 0}
         median = statistics.median(per_step.values()) if per_step else None
         for name, sps in per_step.items():
             ratio = sps / median if median else None
             shared = {o: _overlap(spans[name], spans[o]) for o in spans if o != name}
-            rows.append({"run": name, "method": m.label, "s_per_step": sps, "factor": factors[name],
+            rows.append({"run": name, "method": m.label, "s_per_step": sps, "factor": factors.get(name),
                          "method_median": median, "ratio": ratio,
                          "slowed": len(per_step) > 1 and ratio is not None and ratio > SLOWED,
                          "shared_with": "; ".join(f"{o} ({s:.0f} s)" for o, s in sorted(shared.items()) if s > 0)})
     return rows
 
 
-def report(result: dict, out: Path, title: str = "", calibrations: list[dict] = ()) -> list[Path]:
+def report(result: dict, out: Path, title: str = "") -> list[Path]:
     """``hard_world.md`` (the tables), ``hard_world.csv`` and ``pace.csv`` into ``out``; returns
-    the paths. ``calibrations``: the machine's (``calibration_factor``) for the load check."""
+    the paths. Seconds are on the clock the result was analysed with (``time_scale``: analyse
+    with ``calibration_factor`` to put runs from different machines on the reference's)."""
     rows = method_table(result)
     out.mkdir(parents=True, exist_ok=True)
     tgt = result.get("target") or {}
@@ -218,9 +231,10 @@ def report(result: dict, out: Path, title: str = "", calibrations: list[dict] = 
                      f"{cell(r['episodes_to_target'], '.0f', '-')} | {cell(r['tool_calls_to_target'], '.0f', '-')} | "
                      f"{cell(r['auc'], '.3f')} | " + " | ".join(cell(r[f'final_k{k}'], '.3f') for k in (1, 2, 3, 4))
                      + f" | {cell(r['zero_var'], '.2f')} | {cell(r['abs_adv'], '.3f')} |")
-    loads = pace(result, calibrations)
-    lines += ["", f"Load check: seconds per training step (scaled to the reference machine where a calibration "
-              f"precedes the run: factor) against the method's median over seeds (slowed: more than {SLOWED}x; "
+    loads = pace(result)
+    lines += ["", "Load check: seconds per training step (every time in these tables is scaled to the reference "
+              "machine by the run's factor where a calibration precedes the run) against the method's median over "
+              f"seeds (slowed: more than {SLOWED}x; "
               "rerun), and the runs it shared the machine with.", "",
               "| run | s/step | factor | method median | ratio | slowed | shared the machine with |",
               "|---|---|---|---|---|---|---|"]

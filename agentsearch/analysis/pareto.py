@@ -30,6 +30,7 @@ printing what it could; it never raises a traceback for a bad run folder.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from agentsearch.analysis.runs import (
@@ -124,16 +125,24 @@ def _method_rows(methods: list[MethodCurve], ttt: list[dict]) -> list[dict]:
 
 
 def analyse(run_dirs, metric: str = "eval/mean_at_n", label_by: str = "auto",
-            target_method: str | None = None, target_score: float | None = None) -> dict:
-    """Everything ``agentsearch pareto`` reports, as a dict (``ok`` False for unusable input)."""
+            target_method: str | None = None, target_score: float | None = None,
+            time_scale: Callable[[Run], float | None] | None = None) -> dict:
+    """Everything ``agentsearch pareto`` reports, as a dict (``ok`` False for unusable input).
+    ``time_scale``: a factor per run (None: 1) applied to its seconds before anything is
+    computed from them, e.g. to put runs from machines of different speeds on one clock;
+    the factors are in ``result["time_scale"]`` by run name."""
     runs = load_runs(run_dirs, metric, label_by)
+    factors = {r.name: time_scale(r) for r in runs} if time_scale else {}
+    for r in runs:
+        if factors.get(r.name) is not None:
+            r.points = [(t * factors[r.name], q, s) for t, q, s in r.points]
     messages = [f"{r.path}: {p}" for r in runs for p in r.problems]
     methods, notes = group_methods(runs)
     messages += notes
     usable = [r for r in runs if r.points]
     result = {"metric": metric, "ok": bool(usable), "runs": [], "methods": [], "frontier": [],
               "method_frontier": [], "target": None, "time_to_target": [], "messages": messages,
-              "curves": {str(r.path): [list(p) for p in r.points] for r in runs}}
+              "curves": {str(r.path): [list(p) for p in r.points] for r in runs}, "time_scale": factors}
     result["_methods"], result["_runs"] = methods, runs  # for the plots; dropped from the JSON
     if not usable:
         messages.append("none of the runs has usable evaluation rows: nothing to compare")

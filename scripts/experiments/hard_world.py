@@ -24,8 +24,8 @@ session's machine); ``compare`` lists the runs it held and starts none until the
 seed 1 (deterministic work: the same tokens every time), two copies at once as the grid runs
 two, into ``OUT/calibration/<unix>.json`` (seconds per step; the runs' folders are removed).
 ``compare`` calibrates first (``--no-calibrate`` skips it); ``report`` gives each run the last
-calibration before its first record and scales its seconds per step to the reference machine
-(``analysis.hard_world.REFERENCE_S_PER_STEP``).
+calibration before its first record and scales all its seconds by it to the reference machine
+(``analysis.hard_world.REFERENCE_S_PER_STEP``) before any time column is computed.
 
 ``finals``: every finished run's final model scored again: 8 samples at temperature 1 on the
 dev slice (pass@1/4/8), greedily on a chain world never used in development (world seed
@@ -51,8 +51,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
+from agentsearch.analysis.hard_world import MACHINE_FILE, calibration_factor
 from agentsearch.recipes.runner import (
     ARCHIVED,
     agentsearch_cli,
@@ -215,22 +217,22 @@ def report(a) -> int:
     wall-clock) with pareto's outputs and the hard-world table; and the HDR paper's own test,
     the time to 100% of on_policy_larger's final."""
     from agentsearch.analysis.hard_world import report as write_report
-    from agentsearch.analysis.pareto import analyse, write_outputs
+    from agentsearch.analysis.pareto import analyse as analyse_on
+    from agentsearch.analysis.pareto import write_outputs
 
     for suite in map(Path, a.suites):
         runs = sorted(r for r in suite.iterdir() if (r / "metrics.jsonl").exists())
-        full = analyse(runs, label_by="dir")
+        cals = [json.loads(c.read_text()) for c in sorted((suite.parent / "calibration").glob("*.json"))]
+        analyse = partial(analyse_on, label_by="dir", time_scale=partial(_scale_to_reference, cals))
+        full = analyse(runs)
         base = next((m for m in full["methods"] if m["method"] == "on_policy_larger"), None)
         if not full["ok"] or base is None or base["final_mean"] is None:
             print(json.dumps({"suite": str(suite), "ok": False, "messages": full["messages"][-5:] +
                               ([] if base else ["no on_policy_larger runs: no target"])}))
             continue
-        result = analyse(runs, label_by="dir", target_method="on_policy_larger",
-                         target_score=0.9 * base["final_mean"])
+        result = analyse(runs, target_method="on_policy_larger", target_score=0.9 * base["final_mean"])
         write_outputs(result, suite / "analysis" / "pareto.png")
-        cals = [json.loads(c.read_text()) for c in sorted((suite.parent / "calibration").glob("*.json"))]
-        write_report(result, suite / "analysis", title=f"{suite.name}: target 90% of on_policy_larger's final",
-                     calibrations=cals)
+        write_report(result, suite / "analysis", title=f"{suite.name}: target 90% of on_policy_larger's final")
         write_report(full, suite / "analysis" / "paper_target",
                      title=f"{suite.name}: target 100% of on_policy_larger's final (the HDR paper's test)")
         evals = {r.name: json.loads((r / "final_evals.json").read_text())
@@ -244,6 +246,17 @@ def report(a) -> int:
     return 0
 
 
+def _scale_to_reference(calibrations: list[dict], run) -> float | None:
+    """A run's factor to the reference machine's clock: its pinned calibration, else the last before it."""
+    return calibration_factor(run.records, calibrations, _pinned_calibration(run.path))
+
+
+def _pinned_calibration(run: Path) -> float | None:
+    """The calibration a run's ``machine.json`` names (``analysis.hard_world.MACHINE_FILE``), if any."""
+    f = run / MACHINE_FILE
+    return json.loads(f.read_text())["calibration_unix"] if f.exists() else None
+
+
 def _archive_run(run: Path, to: Path) -> Path:
     """A finished, final-evaluated run's records into ``to/<suite>/<run>`` (no weights)."""
     import gzip
@@ -253,6 +266,8 @@ def _archive_run(run: Path, to: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy(run / "config.yaml", dest / "config.yaml")
     shutil.copy(run / "final_evals.json", dest / "final_evals.json")
+    if (run / MACHINE_FILE).exists():
+        shutil.copy(run / MACHINE_FILE, dest / MACHINE_FILE)
     with open(run / "metrics.jsonl", "rb") as src, gzip.GzipFile(dest / "metrics.jsonl.gz", "wb", mtime=0) as out:
         shutil.copyfileobj(src, out)
     return dest
@@ -295,6 +310,8 @@ def restore(a) -> int:
         run.mkdir(parents=True)
         shutil.copy(src / "config.yaml", run / "config.yaml")
         shutil.copy(src / "final_evals.json", run / "final_evals.json")
+        if (src / MACHINE_FILE).exists():
+            shutil.copy(src / MACHINE_FILE, run / MACHINE_FILE)
         with gzip.open(src / "metrics.jsonl.gz", "rb") as f, open(run / "metrics.jsonl", "wb") as out:
             shutil.copyfileobj(f, out)
         (run / ARCHIVED).write_text(json.dumps({"from": str(src)}) + "\n")
