@@ -54,13 +54,13 @@ def test_bootstrap_interval_brackets_the_mean_and_collapses_on_one_value():
     assert bootstrap_ci(xs) == (lo, hi)  # seeded
 
 
-def _run(tmp_path, name, evals: dict[int, float], episodes=64, calls=100, sps=5.0, start=None):
+def _run(tmp_path, name, evals: dict[int, float], episodes=64, calls=100, sps=5.0, start=None, extra=None):
     d = tmp_path / name
     d.mkdir()
     recs = [{"step": 0, "eval/mean_at_n": evals[0], "time/train_cumulative": 0.0}]
     for s in range(1, max(evals) + 1):
         rec = {"step": s, "time/train_cumulative": sps * s, "rollout/episodes": episodes,
-               "rollout/tool_calls": calls, "groups/zero_variance_frac": 0.5}
+               "rollout/tool_calls": calls, "groups/zero_variance_frac": 0.5, **(extra or {})}
         if s in evals:
             rec.update({"eval/mean_at_n": evals[s], "eval/chain4/mean_at_n": evals[s] / 2})
         recs.append(rec)
@@ -122,6 +122,14 @@ def test_a_held_suite_starts_no_run(tmp_path):
     line = json.loads(res.stdout.strip().splitlines()[-1])
     assert line["runs"] == 9 * 3 + 3 * 2 and len(line["held"]) == line["runs"] and line["failed"] == []
     assert "hdr-s4" in line["held"] and sorted(p.name for p in suite.iterdir()) == ["HOLD", "suite.json"]
+    res = subprocess.run([sys.executable, str(script), "compare", "--out", str(tmp_path), "--steps", "2", "--lr",
+                          "1e-3", "--latency", "none", "--to", str(tmp_path / "archive"), "--methods", "sweep",
+                          "--key", ""], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert json.loads(res.stdout.strip().splitlines()[-1])["runs"] == 5 * 3  # the sweep joins the suite
+    listed = json.loads((suite / "suite.json").read_text())
+    assert len(listed["commands"]) == 2 and len(listed["runs"]) == 9 * 3 + 3 * 2 + 4 * 3  # hdr's runs are shared
+    assert "replay.tau=1e-1" in listed["runs"]["hdr_tau1e-1-s2"]
 
 
 def test_seconds_are_scaled_by_the_last_calibration_before_the_run(tmp_path):
@@ -176,7 +184,8 @@ def test_the_report_command_writes_the_tables_for_a_suite(tmp_path):
     suite = tmp_path / "lat-0.2"
     suite.mkdir()
     _run(suite, "on_policy_larger-s0", {0: 0.1, 4: 0.2, 8: 0.3})
-    _run(suite, "hdr-s0", {0: 0.1, 4: 0.3, 8: 0.32}, start=1000.0)
+    _run(suite, "hdr-s0", {0: 0.1, 4: 0.3, 8: 0.32}, start=1000.0,
+         extra={"replay/accept_rate": 0.4, "replay/scan_depth": 10, "replay/accepted": 4, "replay/age_mean": 3.0})
     pinned = _run(suite, "naive-s0", {0: 0.1, 4: 0.2, 8: 0.25})  # no stamps, but known to be from that machine
     (pinned / MACHINE_FILE).write_text('{"calibration_unix": 500}')
     (tmp_path / "calibration").mkdir()  # this machine ran the reference at half the reference's speed
@@ -197,6 +206,9 @@ def test_the_report_command_writes_the_tables_for_a_suite(tmp_path):
     assert "| on_policy_larger-s0 | 5.00 | - | 5.00 | 1.00 |  | - |" in table  # no stamps: not scaled
     assert "| naive-s0 | 2.50 | 0.500 | 2.50 | 1.00 |  | - |" in table  # no stamps, pinned: scaled
     assert (suite / "analysis" / "pace.csv").exists()
+    replay = table.split("Replay:")[1].split("Load check")[0]  # only the runs that replay
+    assert [x for x in replay.splitlines() if x.startswith("| ") and "---" not in x][1:] == [
+        "| hdr | 1 | 0.400 | 10.00 | 4.00 | 3.0 | 0.320 | 0.25 |"]
 
 
 def test_archive_and_restore_carry_finished_runs_without_weights(tmp_path):

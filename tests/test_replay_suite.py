@@ -93,6 +93,10 @@ def test_methods_groups_steps_latency_and_overrides(tmp_path):
     by = {s.method: s.overrides for s in specs}
     assert {"replay.kind=none", "dynamic_sampling=true", "regenerate_rounds=4"} <= set(by["dynamic_sampling"])
     assert {"replay.kind=none", "prompt_skip=2"} <= set(by["greso"]) and "replay.kind=success_only" in by["success_replay"]
+    specs, _ = suite.resolve(suite_args(tmp_path, methods="sweep", seeds=[0], preset="tiny-chains"))
+    by = {s.method: s.overrides for s in specs}
+    assert list(by) == ["hdr", "hdr_tau1e-3", "hdr_tau1e-1", "hdr_k2", "hdr_k8"]  # one change at a time around hdr
+    assert by["hdr_tau1e-3"][-2:] == ["replay.kind=hdr", "replay.tau=1e-3"] and by["hdr_k8"][-1] == "replay.k_rep=8"
 
 
 def test_dry_run_lists_runs_and_skips_finished_ones(tmp_path):

@@ -42,7 +42,8 @@ __all__ = ["pilot_rule", "bootstrap_ci", "costs_to", "area_under", "method_table
 
 MECHANISM = {"zero_var": "groups/zero_variance_frac", "abs_adv": "groups/abs_advantage_mean",
              "accept": "replay/accept_rate", "entropy": "rollout/entropy", "regen_rounds": "dynamic/rounds",
-             "skipped": "sampler/skipped", "replayed_rows": "replay/success_rows"}
+             "skipped": "sampler/skipped", "replayed_rows": "replay/success_rows", "replayed": "replay/accepted",
+             "scanned": "replay/scan_depth", "age": "replay/age_mean"}
 """Per-step metrics averaged over a run (name -> metrics.jsonl key); absent keys stay empty."""
 SLOWED = 1.2
 """A run whose seconds per step exceed its method's median over seeds by more than this is flagged."""
@@ -231,6 +232,15 @@ def report(result: dict, out: Path, title: str = "") -> list[Path]:
                      f"{cell(r['episodes_to_target'], '.0f', '-')} | {cell(r['tool_calls_to_target'], '.0f', '-')} | "
                      f"{cell(r['auc'], '.3f')} | " + " | ".join(cell(r[f'final_k{k}'], '.3f') for k in (1, 2, 3, 4))
                      + f" | {cell(r['zero_var'], '.2f')} | {cell(r['abs_adv'], '.3f')} |")
+    replay = [r for r in rows if r["accept"] is not None]
+    if replay:
+        lines += ["", "Replay: per-step means over each run, then over seeds (accept rate: accepted over scanned "
+                  "groups; the τ / k_rep sweep's arms are named for what they change).", "",
+                  "| method | seeds | accept rate | scanned / step | replayed / step | age of replayed (steps) | "
+                  "final | ratio |", "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['method']} | {r['seeds']} | {cell(r['accept'], '.3f')} | {cell(r['scanned'], '.2f')} | "
+                  f"{cell(r['replayed'], '.2f')} | {cell(r['age'], '.1f')} | {cell(r['final_mean'], '.3f')} | "
+                  f"{cell(r['ratio'], '.2f', '-')} |" for r in replay]
     loads = pace(result)
     lines += ["", "Load check: seconds per training step (every time in these tables is scaled to the reference "
               "machine by the run's factor where a calibration precedes the run) against the method's median over "

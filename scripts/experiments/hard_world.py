@@ -19,6 +19,9 @@ slot, by its ``finals`` and its ``archive``. Before a session ends, ``touch OUT/
 the runs in flight finish and no new one starts (an unfinished run does not outlive the
 session's machine); ``compare`` lists the runs it held and starts none until the file is removed.
 
+``compare --methods sweep --key ""`` adds HDR's τ / k_rep sweep (replay_suite's ``sweep``) to
+the same suite, seeds 0-2; the report's replay table has its accept rates.
+
 ``calibrate``: this machine's speed, since each session gets a fresh machine and they differ
 (1.8x on 2026-12-02): the first ``--steps`` (12) steps of on-policy GRPO on ``tiny-chains`` at
 seed 1 (deterministic work: the same tokens every time), two copies at once as the grid runs
@@ -137,10 +140,14 @@ def compare(a) -> int:
     if a.calibrate and not (out / HOLD).exists():
         calibrate(argparse.Namespace(out=a.out, steps=CALIBRATION_STEPS))
         _copy_calibrations(out.parent / "calibration", Path(a.to) / "calibration")
+    listed = json.loads((out / "suite.json").read_text()) if (out / "suite.json").exists() else {}
+    commands = listed.get("commands", [listed["command"]] if "command" in listed else [])  # "command": before 12-03
+    command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])  # a suite grows (e.g. the sweep's arms): merged
     (out / "suite.json").write_text(json.dumps({
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "budget": budget,
-        "runs": {s.name: ["agentsearch", "train", "--preset", s.preset, "--out", str(s.run), *s.overrides]
-                 for s in runs}}, indent=1))
+        "commands": list(dict.fromkeys([*commands, command])), "budget": budget,
+        "runs": {**listed.get("runs", {}),
+                 **{s.name: ["agentsearch", "train", "--preset", s.preset, "--out", str(s.run), *s.overrides]
+                    for s in runs}}}, indent=1))
 
     def job(spec) -> str:
         if (spec.run / ARCHIVED).exists():

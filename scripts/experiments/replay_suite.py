@@ -35,6 +35,10 @@ per step (``prompts_per_step``; 8 in ``tiny``) and k its replay budget (``replay
   finish train, the rest are carried) and ``hdr_topup`` (also ``async.replay_topup=true``: a
   batch short of fresh groups when the update is done is filled with gated replay).
 
+- HDR's gate and budget (``--methods sweep``: ``hdr`` beside one change at a time):
+  ``hdr_tau1e-3`` / ``hdr_tau1e-1`` (``replay.tau``, tight and loose around 1e-2) and
+  ``hdr_k2`` / ``hdr_k8`` (``replay.k_rep`` around 4).
+
 Methods are compared on ``time/train_cumulative`` (training seconds; evaluation and
 checkpoints excluded), with the search-latency profile ``--latency lognormal:0.2`` (log-normal,
 mean 0.2 s per search call, standing for a remote retriever) on every run.
@@ -92,11 +96,13 @@ LOSSES = ["gspo_on_policy", "gspo_hdr", "cispo_on_policy", "cispo_hdr", "dapo_on
 ASYNC = ["hdr_streaming", "hdr_overlap", "hdr_oversample", "hdr_topup"]
 CHEAP = ["dynamic_sampling", "greso", "success_replay"]
 HARD = ["on_policy", "on_policy_larger", "naive", "headroom_only", "drift_only", "hdr", *CHEAP]
+SWEEP = {"hdr_tau1e-3": ["replay.tau=1e-3"], "hdr_tau1e-1": ["replay.tau=1e-1"],  # around hdr's 1e-2 and 4
+         "hdr_k2": ["replay.k_rep=2"], "hdr_k8": ["replay.k_rep=8"]}
 SEARCH_R1 = {"search_r1_equivalent": "search-r1-equivalent", "full_stack": "full-stack",
              "full_stack_async": "full-stack"}
 SEARCH_R1_OVERRIDES = {"full_stack_async": ["async.enabled=true", "async.max_staleness=1"]}
 ALIASES = {"all": REPLAY + LOSSES, "replay": REPLAY, "losses": LOSSES, "async": ["hdr", *ASYNC],
-           "cheap": CHEAP, "hard": HARD}
+           "cheap": CHEAP, "hard": HARD, "sweep": ["hdr", *SWEEP]}
 
 
 @dataclass
@@ -135,12 +141,13 @@ def method_overrides(method: str, b: int, budget: int) -> list[str]:
                            f"async.oversample={max(1, b // 4)}"],
         "hdr_topup": ["replay.kind=hdr", "async.enabled=true", "async.max_staleness=1",
                       f"async.oversample={max(1, b // 4)}", "async.replay_topup=true"],
+        **{name: ["replay.kind=hdr", *own] for name, own in SWEEP.items()},
     }
     return table[method]
 
 
 def parse_methods(text: str, search_r1: bool) -> list[str]:
-    known = list(SEARCH_R1) if search_r1 else REPLAY + LOSSES + ASYNC + CHEAP
+    known = list(SEARCH_R1) if search_r1 else REPLAY + LOSSES + ASYNC + CHEAP + list(SWEEP)
     out: list[str] = []
     for item in (t.strip() for t in text.split(",") if t.strip()):
         names = ALIASES.get(item, [item]) if not search_r1 else (known if item == "all" else [item])
