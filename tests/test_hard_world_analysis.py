@@ -186,6 +186,11 @@ def test_the_report_command_writes_the_tables_for_a_suite(tmp_path):
     _run(suite, "on_policy_larger-s0", {0: 0.1, 4: 0.2, 8: 0.3})
     _run(suite, "hdr-s0", {0: 0.1, 4: 0.3, 8: 0.32}, start=1000.0,
          extra={"replay/accept_rate": 0.4, "replay/scan_depth": 10, "replay/accepted": 4, "replay/age_mean": 3.0})
+    final = {"dev_n8": {"pass_at_1": 0.3, "pass_at_4": 0.5, "pass_at_8": 0.6},
+             "diagnose": {"table": {"natural": {"all": 0.4}},
+                          "hops": {"chain3": {"hop2": 0.9, "hop3": 0.7}, "chain4": {"hop2": 0.7, "hop3": 0.9, "hop4": 0.5}}},
+             "unseen_world": {"mean_at_n": 0.02}}
+    (suite / "hdr-s0" / "final_evals.json").write_text(json.dumps(final))
     pinned = _run(suite, "naive-s0", {0: 0.1, 4: 0.2, 8: 0.25})  # no stamps, but known to be from that machine
     (pinned / MACHINE_FILE).write_text('{"calibration_unix": 500}')
     (tmp_path / "calibration").mkdir()  # this machine ran the reference at half the reference's speed
@@ -206,7 +211,9 @@ def test_the_report_command_writes_the_tables_for_a_suite(tmp_path):
     assert "| on_policy_larger-s0 | 5.00 | - | 5.00 | 1.00 |  | - |" in table  # no stamps: not scaled
     assert "| naive-s0 | 2.50 | 0.500 | 2.50 | 1.00 |  | - |" in table  # no stamps, pinned: scaled
     assert (suite / "analysis" / "pace.csv").exists()
-    replay = table.split("Replay:")[1].split("Load check")[0]  # only the runs that replay
+    # the final models: hop 2 and 3 pooled over k = 3 and 4 ((0.9 + 0.7) / 2 each)
+    assert "| hdr | 1 | 0.300 | 0.500 | 0.600 | 0.400 | 0.020 | 0.800 | 0.800 | 0.500 |" in table
+    replay = table.split("Replay:")[1].split("Final models")[0]  # only the runs that replay
     assert [x for x in replay.splitlines() if x.startswith("| ") and "---" not in x][1:] == [
         "| hdr | 1 | 0.400 | 10.00 | 4.00 | 3.0 | 0.320 | 0.25 |"]
 

@@ -31,6 +31,7 @@ Pure functions of the records; ``report`` writes ``hard_world.md`` and ``hard_wo
 from __future__ import annotations
 
 import random
+import re
 import statistics
 from pathlib import Path
 
@@ -38,7 +39,7 @@ from agentsearch.analysis.runs import MethodCurve, Run, cell, write_csv
 from agentsearch.trainer.metrics import CLOCK
 
 __all__ = ["pilot_rule", "bootstrap_ci", "costs_to", "area_under", "method_table", "pace", "active_spans",
-           "calibration_factor", "report", "MECHANISM", "SLOWED", "REFERENCE_S_PER_STEP", "MACHINE_FILE"]
+           "calibration_factor", "finals_table", "report", "MECHANISM", "SLOWED", "REFERENCE_S_PER_STEP", "MACHINE_FILE"]
 
 MECHANISM = {"zero_var": "groups/zero_variance_frac", "abs_adv": "groups/abs_advantage_mean",
              "accept": "replay/accept_rate", "entropy": "rollout/entropy", "regen_rounds": "dynamic/rounds",
@@ -211,7 +212,27 @@ def pace(result: dict) -> list[dict]:
     return rows
 
 
-def report(result: dict, out: Path, title: str = "") -> list[Path]:
+def finals_table(evals: dict[str, dict]) -> list[dict]:
+    """One row per method (run name less ``-s<seed>``) of the final models' own evaluations
+    (``hard_world.py finals``), means over its runs: pass@1/4/8 on the dev slice (8 samples at
+    temperature 1), greedy dev score (``diagnose``'s natural strategy), greedy score on the never-used
+    world, and per-hop success of the greedy episodes (hop j done given hop j-1 was, pooled over k)."""
+    by: dict[str, list[dict]] = {}
+    for name, ev in sorted(evals.items()):
+        by.setdefault(re.sub(r"-s\d+$", "", name), []).append(ev)
+    rows = []
+    for method, evs in by.items():
+        row = {"method": method, "runs": len(evs)}
+        row.update({k: _mean([e["dev_n8"].get(k) for e in evs]) for k in ("pass_at_1", "pass_at_4", "pass_at_8")})
+        row["greedy"] = _mean([e["diagnose"]["table"]["natural"].get("all") for e in evs])
+        row["unseen_world"] = _mean([e["unseen_world"]["mean_at_n"] for e in evs])
+        for j in (2, 3, 4):
+            row[f"hop{j}"] = _mean([h.get(f"hop{j}") for e in evs for h in e["diagnose"].get("hops", {}).values()])
+        rows.append(row)
+    return rows
+
+
+def report(result: dict, out: Path, title: str = "", evals: dict[str, dict] | None = None) -> list[Path]:
     """``hard_world.md`` (the tables), ``hard_world.csv`` and ``pace.csv`` into ``out``; returns
     the paths. Seconds are on the clock the result was analysed with (``time_scale``: analyse
     with ``calibration_factor`` to put runs from different machines on the reference's)."""
@@ -241,6 +262,15 @@ def report(result: dict, out: Path, title: str = "") -> list[Path]:
         lines += [f"| {r['method']} | {r['seeds']} | {cell(r['accept'], '.3f')} | {cell(r['scanned'], '.2f')} | "
                   f"{cell(r['replayed'], '.2f')} | {cell(r['age'], '.1f')} | {cell(r['final_mean'], '.3f')} | "
                   f"{cell(r['ratio'], '.2f', '-')} |" for r in replay]
+    finals = finals_table(evals or {})
+    if finals:
+        lines += ["", "Final models (`hard_world.py finals`): pass@k of 8 samples at temperature 1 and greedy on the "
+                  "dev slice, greedy on a world never used in development, per-hop success of the greedy episodes.",
+                  "", "| method | runs | pass@1 | pass@4 | pass@8 | greedy | unseen world | hop 2 | hop 3 | hop 4 |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['method']} | {r['runs']} | " + " | ".join(cell(r[k], '.3f') for k in (
+            "pass_at_1", "pass_at_4", "pass_at_8", "greedy", "unseen_world", "hop2", "hop3", "hop4")) + " |"
+            for r in finals]
     loads = pace(result)
     lines += ["", "Load check: seconds per training step (every time in these tables is scaled to the reference "
               "machine by the run's factor where a calibration precedes the run) against the method's median over "
@@ -254,4 +284,4 @@ def report(result: dict, out: Path, title: str = "") -> list[Path]:
     md = out / "hard_world.md"
     md.write_text("\n".join(lines) + "\n")
     csv = write_csv(out / "hard_world.csv", rows)
-    return [md, csv, write_csv(out / "pace.csv", loads)]
+    return [md, csv, write_csv(out / "pace.csv", loads)] + ([write_csv(out / "finals.csv", finals)] if finals else [])

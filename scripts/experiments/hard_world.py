@@ -239,11 +239,12 @@ def report(a) -> int:
             continue
         result = analyse(runs, target_method="on_policy_larger", target_score=0.9 * base["final_mean"])
         write_outputs(result, suite / "analysis" / "pareto.png")
-        write_report(result, suite / "analysis", title=f"{suite.name}: target 90% of on_policy_larger's final")
-        write_report(full, suite / "analysis" / "paper_target",
-                     title=f"{suite.name}: target 100% of on_policy_larger's final (the HDR paper's test)")
         evals = {r.name: json.loads((r / "final_evals.json").read_text())
                  for r in runs if (r / "final_evals.json").exists()}
+        write_report(result, suite / "analysis", title=f"{suite.name}: target 90% of on_policy_larger's final",
+                     evals=evals)
+        write_report(full, suite / "analysis" / "paper_target",
+                     title=f"{suite.name}: target 100% of on_policy_larger's final (the HDR paper's test)")
         (suite / "analysis" / "final_evals.json").write_text(json.dumps(evals, indent=1))
         paper = {m["method"]: m["ratio_mean"] for m in full["methods"]}
         print(json.dumps({"suite": str(suite), "ok": True, "target": result["target"],
