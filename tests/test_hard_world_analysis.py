@@ -150,6 +150,14 @@ def test_seconds_are_scaled_by_the_last_calibration_before_the_run(tmp_path):
     assert rows["hdr-s0"]["ratio"] == 1.0 and not rows["hdr-s0"]["slowed"]  # slower machine, not a slowed run
 
 
+def test_seconds_waiting_on_the_environment_are_not_scaled(tmp_path):
+    from agentsearch.analysis.pareto import rescaled
+
+    run = load_run(_run(tmp_path, "hdr-s0", {0: 0.1, 4: 0.2, 8: 0.3}, sps=5.0, extra={"time/env": 1.0}))
+    # step 4: 20 s, of which 4 s waiting on tools (kept) and 16 s of compute (halved): 4 + 8
+    assert rescaled(run, 0.5) == [(0.0, 0.1, 0), (12.0, 0.2, 4), (24.0, 0.3, 8)]
+
+
 def test_a_pinned_calibration_places_a_run_without_stamps():
     cals = [{"unix": 900.0, "s_per_step": 2 * REFERENCE_S_PER_STEP}, {"unix": 4000.0, "s_per_step": REFERENCE_S_PER_STEP}]
     unstamped = [{"step": 1}]

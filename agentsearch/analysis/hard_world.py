@@ -21,9 +21,9 @@ of every method, per latency setting:
   sessions get machines of different speeds, so ``pareto.analyse(..., time_scale=...)`` with
   ``calibration_factor`` (from the machine's ``hard_world.py calibrate`` records) puts every
   run's seconds on the reference machine's clock before any time column is computed (time to
-  target, ratios, area, the load check). The factor scales all of a run's seconds, tool
-  latency sleeps included, which do not depend on the machine: in a latency suite it
-  over-corrects the sleep share, so such a suite is best run within one session.
+  target, ratios, area, the load check). The factor scales the compute, not the seconds spent
+  waiting on the environment (``time/env``: tool latency), which a faster machine does not shorten
+  (``pareto.rescaled``).
 
 Pure functions of the records; ``report`` writes ``hard_world.md`` and ``hard_world.csv``.
 """

@@ -44,7 +44,8 @@ from agentsearch.analysis.runs import (
     write_csv,
 )
 
-__all__ = ["run_curve", "pareto_frontier", "choose_target", "time_to_target", "analyse", "main"]
+__all__ = ["run_curve", "pareto_frontier", "choose_target", "time_to_target", "analyse", "rescaled", "MACHINE_FREE",
+           "main"]
 
 DEFAULT_TARGET = "on_policy_larger"
 
@@ -124,18 +125,34 @@ def _method_rows(methods: list[MethodCurve], ttt: list[dict]) -> list[dict]:
     return out
 
 
+MACHINE_FREE = ("time/env",)
+"""Per-step seconds that a machine-speed factor leaves as measured: waiting on the environment
+(tool latency, a remote retriever) takes as long on a faster machine."""
+
+
+def rescaled(run: Run, factor: float) -> list[tuple[float, float, int]]:
+    """The run's points with their training seconds scaled by ``factor``, except the seconds of
+    ``MACHINE_FREE`` up to each point's step (a re-logged step counts once: its last record)."""
+    steps = {r["step"]: r for r in run.records if isinstance(r.get("step"), int)}
+    points = []
+    for t, q, step in run.points:
+        waited = sum(float(r.get(k) or 0.0) for s, r in steps.items() if 0 < s <= step for k in MACHINE_FREE)
+        points.append((waited + factor * (t - waited), q, step))
+    return points
+
+
 def analyse(run_dirs, metric: str = "eval/mean_at_n", label_by: str = "auto",
             target_method: str | None = None, target_score: float | None = None,
             time_scale: Callable[[Run], float | None] | None = None) -> dict:
     """Everything ``agentsearch pareto`` reports, as a dict (``ok`` False for unusable input).
     ``time_scale``: a factor per run (None: 1) applied to its seconds before anything is
-    computed from them, e.g. to put runs from machines of different speeds on one clock;
-    the factors are in ``result["time_scale"]`` by run name."""
+    computed from them, e.g. to put runs from machines of different speeds on one clock
+    (``rescaled``); the factors are in ``result["time_scale"]`` by run name."""
     runs = load_runs(run_dirs, metric, label_by)
     factors = {r.name: time_scale(r) for r in runs} if time_scale else {}
     for r in runs:
         if factors.get(r.name) is not None:
-            r.points = [(t * factors[r.name], q, s) for t, q, s in r.points]
+            r.points = rescaled(r, factors[r.name])
     messages = [f"{r.path}: {p}" for r in runs for p in r.problems]
     methods, notes = group_methods(runs)
     messages += notes

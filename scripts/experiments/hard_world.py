@@ -27,8 +27,9 @@ the same suite, seeds 0-2; the report's replay table has its accept rates.
 seed 1 (deterministic work: the same tokens every time), two copies at once as the grid runs
 two, into ``OUT/calibration/<unix>.json`` (seconds per step; the runs' folders are removed).
 ``compare`` calibrates first (``--no-calibrate`` skips it); ``report`` gives each run the last
-calibration before its first record and scales all its seconds by it to the reference machine
-(``analysis.hard_world.REFERENCE_S_PER_STEP``) before any time column is computed.
+calibration before its first record and scales its seconds by it to the reference machine
+(``analysis.hard_world.REFERENCE_S_PER_STEP``) before any time column is computed, all but the
+seconds spent waiting on tools (``time/env``), which do not depend on the machine.
 
 ``finals``: every finished run's final model scored again: 8 samples at temperature 1 on the
 dev slice (pass@1/4/8), greedily on a chain world never used in development (world seed
