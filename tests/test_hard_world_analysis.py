@@ -191,7 +191,8 @@ def test_the_report_command_writes_the_tables_for_a_suite(tmp_path):
 
     suite = tmp_path / "lat-0.2"
     suite.mkdir()
-    _run(suite, "on_policy_larger-s0", {0: 0.1, 4: 0.2, 8: 0.3})
+    _run(suite, "on_policy_larger-s0", {0: 0.1, 4: 0.2, 8: 0.3}, extra={"replay/accept_rate": 0.0,
+                                                                     "replay/scan_depth": 0})  # logged, no replay
     _run(suite, "hdr-s0", {0: 0.1, 4: 0.3, 8: 0.32}, start=1000.0,
          extra={"replay/accept_rate": 0.4, "replay/scan_depth": 10, "replay/accepted": 4, "replay/age_mean": 3.0})
     final = {"dev_n8": {"pass_at_1": 0.3, "pass_at_4": 0.5, "pass_at_8": 0.6},

@@ -253,7 +253,7 @@ def report(result: dict, out: Path, title: str = "", evals: dict[str, dict] | No
                      f"{cell(r['episodes_to_target'], '.0f', '-')} | {cell(r['tool_calls_to_target'], '.0f', '-')} | "
                      f"{cell(r['auc'], '.3f')} | " + " | ".join(cell(r[f'final_k{k}'], '.3f') for k in (1, 2, 3, 4))
                      + f" | {cell(r['zero_var'], '.2f')} | {cell(r['abs_adv'], '.3f')} |")
-    replay = [r for r in rows if r["accept"] is not None]
+    replay = [r for r in rows if r["scanned"]]  # on-policy runs log zeros
     if replay:
         lines += ["", "Replay: per-step means over each run, then over seeds (accept rate: accepted over scanned "
                   "groups; the τ / k_rep sweep's arms are named for what they change).", "",
