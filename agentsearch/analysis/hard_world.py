@@ -31,7 +31,6 @@ Pure functions of the records; ``report`` writes ``hard_world.md`` and ``hard_wo
 from __future__ import annotations
 
 import random
-import re
 import statistics
 from pathlib import Path
 
@@ -212,17 +211,17 @@ def pace(result: dict) -> list[dict]:
     return rows
 
 
-def finals_table(evals: dict[str, dict]) -> list[dict]:
-    """One row per method (run name less ``-s<seed>``) of the final models' own evaluations
-    (``hard_world.py finals``), means over its runs: pass@1/4/8 on the dev slice (8 samples at
-    temperature 1), greedy dev score (``diagnose``'s natural strategy), greedy score on the never-used
-    world, and per-hop success of the greedy episodes (hop j done given hop j-1 was, pooled over k)."""
-    by: dict[str, list[dict]] = {}
-    for name, ev in sorted(evals.items()):
-        by.setdefault(re.sub(r"-s\d+$", "", name), []).append(ev)
+def finals_table(methods: list[MethodCurve], evals: dict[str, dict]) -> list[dict]:
+    """One row per method of the final models' own evaluations (``hard_world.py finals``; by run
+    name), means over its runs: pass@1/4/8 on the dev slice (8 samples at temperature 1), greedy
+    dev score (``diagnose``'s natural strategy), greedy score on the never-used world, and per-hop
+    success of the greedy episodes (hop j done given hop j-1 was, pooled over k)."""
     rows = []
-    for method, evs in by.items():
-        row = {"method": method, "runs": len(evs)}
+    for m in methods:
+        evs = [evals[r.name] for r in m.usable if r.name in evals]
+        if not evs:
+            continue
+        row = {"method": m.label, "runs": len(evs)}
         row.update({k: _mean([e["dev_n8"].get(k) for e in evs]) for k in ("pass_at_1", "pass_at_4", "pass_at_8")})
         row["greedy"] = _mean([e["diagnose"]["table"]["natural"].get("all") for e in evs])
         row["unseen_world"] = _mean([e["unseen_world"]["mean_at_n"] for e in evs])
@@ -262,7 +261,7 @@ def report(result: dict, out: Path, title: str = "", evals: dict[str, dict] | No
         lines += [f"| {r['method']} | {r['seeds']} | {cell(r['accept'], '.3f')} | {cell(r['scanned'], '.2f')} | "
                   f"{cell(r['replayed'], '.2f')} | {cell(r['age'], '.1f')} | {cell(r['final_mean'], '.3f')} | "
                   f"{cell(r['ratio'], '.2f', '-')} |" for r in replay]
-    finals = finals_table(evals or {})
+    finals = finals_table(result["_methods"], evals or {})
     if finals:
         lines += ["", "Final models (`hard_world.py finals`): pass@k of 8 samples at temperature 1 and greedy on the "
                   "dev slice, greedy on a world never used in development, per-hop success of the greedy episodes.",

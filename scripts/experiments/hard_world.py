@@ -142,10 +142,9 @@ def compare(a) -> int:
         calibrate(argparse.Namespace(out=a.out, steps=CALIBRATION_STEPS))
         _copy_calibrations(out.parent / "calibration", Path(a.to) / "calibration")
     listed = json.loads((out / "suite.json").read_text()) if (out / "suite.json").exists() else {}
-    commands = listed.get("commands", [listed["command"]] if "command" in listed else [])  # "command": before 12-03
     command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])  # a suite grows (e.g. the sweep's arms): merged
     (out / "suite.json").write_text(json.dumps({
-        "commands": list(dict.fromkeys([*commands, command])), "budget": budget,
+        "commands": list(dict.fromkeys([*listed.get("commands", []), command])), "budget": budget,
         "runs": {**listed.get("runs", {}),
                  **{s.name: ["agentsearch", "train", "--preset", s.preset, "--out", str(s.run), *s.overrides]
                     for s in runs}}}, indent=1))
