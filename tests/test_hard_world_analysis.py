@@ -18,6 +18,7 @@ from agentsearch.analysis.hard_world import (
     method_table,
     pace,
     pilot_rule,
+    work_model,
 )
 from agentsearch.analysis.pareto import analyse
 from agentsearch.analysis.runs import load_run
@@ -104,6 +105,31 @@ def test_pace_flags_a_run_slower_than_its_method_and_names_who_shared_the_machin
     assert rows["hdr-s0"]["slowed"] and not rows["hdr-s1"]["slowed"] and not rows["hdr-s2"]["slowed"]
     assert rows["hdr-s0"]["shared_with"] == "hdr-s1 (14 s)" and rows["hdr-s1"]["shared_with"] == "hdr-s0 (14 s)"
     assert rows["on_policy_larger-s0"]["shared_with"] == "" and not rows["on_policy_larger-s0"]["slowed"]
+
+
+def test_the_work_model_prices_tokens_and_flags_the_run_its_work_does_not_explain(tmp_path):
+    price = {"tokens/generated": 2e-3, "tokens/scored": 1e-3, "tokens/trained": 5e-4, "step": 1.0}
+    evals = {0: 0.1, 4: 0.2, 8: 0.3}
+    runs = []
+    for i, (g, sc, t) in enumerate([(1000, 0, 2000), (1500, 800, 2000), (1200, 4000, 2400), (900, 1500, 1800),
+                                    (2000, 2500, 3000), (1100, 300, 2200), (1700, 6000, 2600), (1300, 1000, 1000)]):
+        sps = g * 2e-3 + sc * 1e-3 + t * 5e-4 + 1.0  # compute seconds per step, by the prices above
+        env = 0.5 if i == 0 else 0.0  # waiting on tools: measured, not priced
+        runs.append(_run(tmp_path, f"m{i % 2}-s{i}", evals, sps=sps + env, extra={
+            "tokens/generated": g, "tokens/scored": sc, "tokens/trained": t, "time/env": env}))
+    result = analyse(runs, label_by="dir")
+    model = work_model([r for m in result["_methods"] for r in m.usable])
+    assert model["price"] == {k: pytest.approx(v, rel=1e-6) for k, v in price.items()}
+    rows = {r["run"]: r for r in pace(result)}
+    assert rows["m0-s0"]["expected_s_per_step"] == pytest.approx(1000 * 2e-3 + 2000 * 5e-4 + 1.0 + 0.5)
+    assert all(r["work_ratio"] == pytest.approx(1.0) and not r["slowed"] for r in rows.values())
+    # light work taking 1.5x its price: flagged by its work, though under its method's median (heavier seeds)
+    slow = _run(tmp_path, "m1-s9", evals, sps=1.5 * (600 * 2e-3 + 1000 * 5e-4 + 1.0), extra={
+        "tokens/generated": 600, "tokens/scored": 0, "tokens/trained": 1000})
+    rows = {r["run"]: r for r in pace(analyse(runs + [slow], label_by="dir"))}
+    assert rows["m1-s9"]["slowed"] and rows["m1-s9"]["work_ratio"] > 1.2 and rows["m1-s9"]["ratio"] < 1.0
+    assert not any(r["slowed"] for name, r in rows.items() if name != "m1-s9")
+    assert work_model(result["_runs"][:7]) is None  # fewer than twice as many runs as prices
 
 
 def test_a_held_suite_starts_no_run(tmp_path):
@@ -216,9 +242,10 @@ def test_the_report_command_writes_the_tables_for_a_suite(tmp_path):
     table = (suite / "analysis" / "hard_world.md").read_text()
     assert "| hdr | 1 | 0.320 ± 0.000 | [0.320, 0.320] |" in table
     assert (suite / "analysis" / "pareto.png").exists() and (suite / "analysis" / "hard_world.csv").exists()
-    assert "| hdr-s0 | 2.50 | 0.500 | 2.50 | 1.00 |  | - |" in table  # 5 s a step, scaled to the reference
-    assert "| on_policy_larger-s0 | 5.00 | - | 5.00 | 1.00 |  | - |" in table  # no stamps: not scaled
-    assert "| naive-s0 | 2.50 | 0.500 | 2.50 | 1.00 |  | - |" in table  # no stamps, pinned: scaled
+    # 5 s a step scaled to the reference; three runs are too few for the work model ("-")
+    assert "| hdr-s0 | 2.50 | 0.500 | - | - | 2.50 | 1.00 |  | - |" in table
+    assert "| on_policy_larger-s0 | 5.00 | - | - | - | 5.00 | 1.00 |  | - |" in table  # no stamps: not scaled
+    assert "| naive-s0 | 2.50 | 0.500 | - | - | 2.50 | 1.00 |  | - |" in table  # no stamps, pinned: scaled
     assert (suite / "analysis" / "pace.csv").exists()
     # the final models: hop 2 and 3 pooled over k = 3 and 4 ((0.9 + 0.7) / 2 each)
     assert "| hdr | 1 | 0.300 | 0.500 | 0.600 | 0.400 | 0.020 | 0.800 | 0.800 | 0.500 |" in table

@@ -14,9 +14,12 @@ of every method, per latency setting:
 - mechanism averages per method over the run (``MECHANISM``): zero-variance share, mean
   |advantage|, replay accept rate, entropy, regeneration rounds, skipped prompts; and the
   final score per hop count (``eval/chain{k}/mean_at_n``);
-- the load check (``pace``): each run's seconds per training step against its method's median
-  over seeds (wall-clock is the currency, so a run slowed by other work on the machine is
-  flagged for a rerun), and the runs it shared the machine with, from the
+- the load check (``pace``): each run's seconds per training step against what its work
+  predicts (``work_model``: a least-squares price per generated, scored and trained token and
+  per step, fitted over every run of the suite; a method's seeds differ in work, e.g. HDR's
+  scan depth), and against its method's median over seeds (wall-clock is the currency, so a
+  run slowed by other work on the machine is flagged for a rerun), and the runs it shared the
+  machine with, from the
   ``clock/unix_seconds`` stamp of every record (written since 2026-12-02; older runs show none);
   sessions get machines of different speeds, so ``pareto.analyse(..., time_scale=...)`` with
   ``calibration_factor`` (from the machine's ``hard_world.py calibrate`` records) puts every
@@ -34,11 +37,13 @@ import random
 import statistics
 from pathlib import Path
 
+from agentsearch.analysis.pareto import MACHINE_FREE
 from agentsearch.analysis.runs import MethodCurve, Run, cell, write_csv
 from agentsearch.trainer.metrics import CLOCK
 
 __all__ = ["pilot_rule", "bootstrap_ci", "costs_to", "area_under", "method_table", "pace", "active_spans",
-           "calibration_factor", "finals_table", "report", "MECHANISM", "SLOWED", "REFERENCE_S_PER_STEP", "MACHINE_FILE"]
+           "calibration_factor", "finals_table", "work_model", "report", "MECHANISM", "SLOWED", "WORK",
+           "REFERENCE_S_PER_STEP", "MACHINE_FILE"]
 
 MECHANISM = {"zero_var": "groups/zero_variance_frac", "abs_adv": "groups/abs_advantage_mean",
              "accept": "replay/accept_rate", "entropy": "rollout/entropy", "regen_rounds": "dynamic/rounds",
@@ -46,7 +51,12 @@ MECHANISM = {"zero_var": "groups/zero_variance_frac", "abs_adv": "groups/abs_adv
              "scanned": "replay/scan_depth", "age": "replay/age_mean"}
 """Per-step metrics averaged over a run (name -> metrics.jsonl key); absent keys stay empty."""
 SLOWED = 1.2
-"""A run whose seconds per step exceed its method's median over seeds by more than this is flagged."""
+"""A run whose compute seconds exceed what its work predicts (``work_model``) by more than this is
+flagged; without a model (too few runs), its seconds per step against its method's median."""
+WORK = ("tokens/generated", "tokens/scored", "tokens/trained")
+"""The per-step work ``work_model`` prices (with a constant per step): tokens sampled (regeneration
+included), tokens run through the model without a gradient (old and reference log-probs, the
+replay scan's drift scores) and tokens trained on."""
 REFERENCE_S_PER_STEP = 6.64
 """Seconds per step of the calibration workload on the reference machine: the first 12 steps of
 the archived on_policy-s1 (2026-12-02, before 15:00 UTC; its seed and settings are the
@@ -188,26 +198,69 @@ def calibration_factor(records: list[dict], calibrations: list[dict], pinned: fl
     return REFERENCE_S_PER_STEP / max(before, key=lambda c: c["unix"])["s_per_step"] if before else None
 
 
+def _usable(result: dict) -> list[Run]:
+    return [r for m in result["_methods"] for r in m.usable]
+
+
+def _work(run: Run) -> tuple[list[float], float, float]:
+    """``WORK`` summed over steps 1..the last evaluation's, the step count and the compute
+    seconds (training seconds less those of ``MACHINE_FREE``: waiting on tools)."""
+    last = run.points[-1][2]
+    steps = {r["step"]: r for r in run.records if isinstance(r.get("step"), int) and 0 < r["step"] <= last}
+    sums = [sum(float(r.get(k) or 0.0) for r in steps.values()) for k in WORK]
+    waited = sum(float(r.get(k) or 0.0) for r in steps.values() for k in MACHINE_FREE)
+    return sums + [float(len(steps))], run.train_seconds - waited, waited
+
+
+def work_model(runs: list[Run]) -> dict | None:
+    """The least-squares cost model of a suite: compute seconds ~ sum over ``WORK`` of a price
+    times the run's total, plus a price per step, fitted over ``runs`` (on one clock: analyse
+    with ``time_scale`` first). ``{"price": {key: seconds}, "expected": {run: compute seconds}}``,
+    or None with fewer than twice as many runs as prices."""
+    import numpy as np
+
+    runs = [r for r in runs if r.points and r.points[-1][2] > 0]
+    if len(runs) < 2 * (len(WORK) + 1):
+        return None
+    work = [_work(r) for r in runs]
+    x = np.array([w[0] for w in work])  # [runs, len(WORK) + 1]
+    price, *_ = np.linalg.lstsq(x, np.array([w[1] for w in work]), rcond=None)  # [len(WORK) + 1]
+    return {"price": dict(zip((*WORK, "step"), price.tolist())),
+            "expected": {r.name: float(row @ price) for r, row in zip(runs, x)}}
+
+
 def pace(result: dict) -> list[dict]:
     """One row per run: seconds per training step (training wall-clock at the last evaluation
     over its step, on the clock the result was analysed with: ``time_scale``), the run's factor,
-    the median of its method's runs, their ratio, ``slowed`` when the ratio is above ``SLOWED``
-    (a method with one run is not judged), and the runs whose active spans overlapped its own
-    (with the seconds they shared) where the records carry ``clock/unix_seconds``."""
-    runs = [r for m in result["_methods"] for r in m.usable]
+    the seconds per step its work predicts (``work_model``, fitted over the result's runs; the
+    seconds waiting on tools added back as measured) and ``work_ratio`` (compute seconds over
+    the model's), the median of its method's runs and ``ratio`` to it, ``slowed`` when
+    ``work_ratio`` is above ``SLOWED`` (without a model: ``ratio``, and a method with one run is
+    not judged), and the runs whose active spans overlapped its own (with the seconds they
+    shared) where the records carry ``clock/unix_seconds``."""
+    runs = _usable(result)
     spans = {r.name: active_spans(r.records) for r in runs}
     factors = result.get("time_scale") or {}
+    model = work_model(runs)
     rows = []
     for m in result["_methods"]:
-        per_step = {r.name: r.train_seconds / r.points[-1][2] for r in m.usable if r.points[-1][2] > 0}
+        timed = [r for r in m.usable if r.points[-1][2] > 0]
+        per_step = {r.name: r.train_seconds / r.points[-1][2] for r in timed}
         median = statistics.median(per_step.values()) if per_step else None
-        for name, sps in per_step.items():
+        for r in timed:
+            sps = per_step[r.name]
             ratio = sps / median if median else None
-            shared = {o: _overlap(spans[name], spans[o]) for o in spans if o != name}
-            rows.append({"run": name, "method": m.label, "s_per_step": sps, "factor": factors.get(name),
-                         "method_median": median, "ratio": ratio,
-                         "slowed": len(per_step) > 1 and ratio is not None and ratio > SLOWED,
-                         "shared_with": "; ".join(f"{o} ({s:.0f} s)" for o, s in sorted(shared.items()) if s > 0)})
+            row = {"run": r.name, "method": m.label, "s_per_step": sps, "factor": factors.get(r.name),
+                   "expected_s_per_step": None, "work_ratio": None, "method_median": median, "ratio": ratio,
+                   "slowed": len(per_step) > 1 and ratio is not None and ratio > SLOWED}
+            if model and r.name in model["expected"]:
+                (*_, n), compute, waited = _work(r)
+                row["expected_s_per_step"] = (model["expected"][r.name] + waited) / n
+                row["work_ratio"] = compute / model["expected"][r.name] if model["expected"][r.name] > 0 else None
+                row["slowed"] = row["work_ratio"] is not None and row["work_ratio"] > SLOWED
+            shared = {o: _overlap(spans[r.name], spans[o]) for o in spans if o != r.name}
+            row["shared_with"] = "; ".join(f"{o} ({s:.0f} s)" for o, s in sorted(shared.items()) if s > 0)
+            rows.append(row)
     return rows
 
 
@@ -271,13 +324,17 @@ def report(result: dict, out: Path, title: str = "", evals: dict[str, dict] | No
             "pass_at_1", "pass_at_4", "pass_at_8", "greedy", "unseen_world", "hop2", "hop3", "hop4")) + " |"
             for r in finals]
     loads = pace(result)
+    model = work_model(_usable(result))
+    prices = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in model["price"].items()) if model else "none (too few runs)"
     lines += ["", "Load check: seconds per training step (every time in these tables is scaled to the reference "
-              "machine by the run's factor where a calibration precedes the run) against the method's median over "
-              f"seeds (slowed: more than {SLOWED}x; "
-              "rerun), and the runs it shared the machine with.", "",
-              "| run | s/step | factor | method median | ratio | slowed | shared the machine with |",
-              "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['run']} | {r['s_per_step']:.2f} | {cell(r['factor'], '.3f')} | {r['method_median']:.2f} | "
+              "machine by the run's factor where a calibration precedes the run) against what the run's work "
+              f"predicts (a least-squares price per token and per step over this suite's runs: {prices}; work "
+              "ratio: compute seconds over predicted) and against the method's median over seeds (slowed: work "
+              f"ratio above {SLOWED}; rerun), and the runs it shared the machine with.", "",
+              "| run | s/step | factor | work predicts | work ratio | method median | ratio | slowed | "
+              "shared the machine with |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['run']} | {r['s_per_step']:.2f} | {cell(r['factor'], '.3f')} | "
+              f"{cell(r['expected_s_per_step'], '.2f')} | {cell(r['work_ratio'], '.2f')} | {r['method_median']:.2f} | "
               f"{cell(r['ratio'], '.2f')} | {'yes' if r['slowed'] else ''} | {r['shared_with'] or '-'} |"
               for r in loads]
     md = out / "hard_world.md"
