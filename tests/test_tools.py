@@ -138,3 +138,9 @@ def test_latency_profile_wraps_the_envs_own_search_tool():
     (env,) = build_envs(cfg, 1)
     tool = env.tools["search"]
     assert isinstance(tool, LatencyTool) and tool.tool.topk == 2 == cfg.env_kwargs["topk"]
+    # evaluation is outside the training clock: its search calls wait only when asked to
+    (dev,) = build_envs(cfg, 1, split="dev")
+    assert not isinstance(dev.tools["search"], LatencyTool) and dev.tools["search"].topk == 2
+    cfg = apply_overrides(TrainConfig, "tiny", ["tool_latency.kind=fixed", "tool_latency.mean_s=0.01",
+                                                "tool_latency.in_eval=true"])
+    assert isinstance(build_envs(cfg, 1, split="dev")[0].tools["search"], LatencyTool)

@@ -39,7 +39,7 @@ _SEED_SUFFIX = re.compile(r"[-_](?:s|seed)(\d+)$")
 # config keys that do not change what a run trains (seed, threads, logging and checkpoint
 # cadence): runs differing only in these are seeds of one method
 RUN_ONLY_KEYS = frozenset({"seed", "threads", "tensorboard", "wandb_project", "checkpoint_every",
-                           "eval.every", "sft.log_every", "sft.pretrain_cache"})
+                           "eval.every", "sft.log_every", "sft.pretrain_cache", "tool_latency.in_eval"})
 
 
 @dataclass

@@ -169,7 +169,8 @@ def build_envs(cfg: TrainConfig, count: int, split: str = "train", questions: st
             raise ConfigError(f"env {cfg.env!r}: {e}") from None
         except TypeError as e:
             raise ConfigError(f"env_kwargs for {cfg.env}: {e}") from None
-        if cfg.tool_latency.kind != "none" and "search" in getattr(env, "tools", {}):
+        delayed = split == "train" or cfg.tool_latency.in_eval
+        if cfg.tool_latency.kind != "none" and delayed and "search" in getattr(env, "tools", {}):
             # wrap the env's own search tool: it keeps the env's topk, index and world
             env.tools["search"] = LatencyTool(env.tools["search"], cfg.tool_latency,
                                               seed=cfg.seed * 100003 + i)
