@@ -45,6 +45,11 @@ def test_missing_corrupt_or_foreign_assets_are_clear_errors(tmp_path):
     (base / "build.json").write_text(json.dumps(build))
     with pytest.raises(ConfigError, match="another tokenizer.*scripts/build_base.py"):
         check_base(base)
+    build["tokenizer_sha256"] = _build()["tokenizer_sha256"]  # the world tokenizer's, while its
+    build["recipe"]["model"] = "tiny+worlds"  # recipe names the one trained on other worlds
+    (base / "build.json").write_text(json.dumps(build))
+    with pytest.raises(ConfigError, match="another tokenizer.*tokenizer-worlds"):
+        check_base(base)
 
 
 @pytest.mark.slow

@@ -122,6 +122,16 @@ def test_on_policy_launch_has_no_replay_and_fresh_batch(tmp_path):
     assert args.rollout.batch_size == 8 and args.train.batch_size == 8 * 8 and args.data.max_samples == 16
 
 
+def test_every_built_in_model_name_becomes_a_folder_openrlhf_loads(tmp_path):
+    from agentsearch.data.paths import BASE_DIRS
+    from agentsearch.engines.openrlhf.launch import model_path
+
+    for base, folder in BASE_DIRS.items():  # every shipped base, not only tiny-base
+        assert model_path(_launch_cfg(tmp_path, f"train.model={base}"), tmp_path, write=False) == str(folder)
+    cfg = _launch_cfg(tmp_path, "train.model=tiny+worlds")  # built from a config, written for every node
+    assert model_path(cfg, tmp_path, write=False) == str((tmp_path / "model").resolve())
+
+
 def test_every_shipped_openrlhf_preset_dry_runs(tmp_path, world_path, capsys):
     """The paper preset inherits kl_coef 0.001 with replay on: it used to exit 2."""
     from test_search_r1_data import _parquet, _rows

@@ -4,7 +4,9 @@
 
 - ``"tiny"``, ``"tiny-s"``, ``"small"``: random-init Qwen2-style causal LMs built from a
   config, with the byte-level BPE tokenizer trained on the synthetic world and shipped
-  in ``agentsearch/data/assets/tokenizer`` (sizes in ``MODEL_SIZES``);
+  in ``agentsearch/data/assets/tokenizer`` (sizes in ``MODEL_SIZES``); ``"tiny+worlds"``
+  (any size) is the same shape with the tokenizer trained on 16 other worlds
+  (``data.paths.TOKENIZER_DIRS``);
 - ``"tiny-base"``, ``"tiny-chain-base"``, ``"tiny-math-base"``: the shipped bases (the
   ``tiny`` shape trained by ``scripts/build_base.py`` for the demo world, the hard world of
   chain questions and math word problems with a calculator; see
@@ -27,10 +29,19 @@ from typing import Any
 
 from agentsearch.core.cache import cache_dir, publish_dir
 from agentsearch.core.config import ConfigError
-from agentsearch.data.paths import BASE_DIR, BASE_DIRS, CHAT_TEMPLATE, TOKENIZER_DIR
+from agentsearch.data.paths import (
+    BASE_DIR,
+    BASE_DIRS,
+    CHAT_TEMPLATE,
+    TOKENIZER_DIR,
+    TOKENIZER_DIRS,
+    tokenizer_dir,
+)
 from agentsearch.models.tiny_base import REBUILD_HINT, check_base
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+WORLDS_TOKENIZER_SEEDS = tuple(range(2000, 2016))
+"""The worlds the ``worlds`` tokenizer is trained on: used by no dataset, base or test."""
 
 # Qwen2 shapes; parameter counts are with the shipped 4,096-token vocabulary, tied embeddings.
 MODEL_SIZES: dict[str, dict[str, int]] = {
@@ -51,6 +62,16 @@ MODEL_SIZES: dict[str, dict[str, int]] = {
 }
 
 
+def split_model_name(name: str) -> tuple[str, str] | None:
+    """``(size, tokenizer)`` of a built-from-config model name (``tiny`` -> ``("tiny", "world")``,
+    ``tiny+worlds`` -> ``("tiny", "worlds")``); None for anything else (a base, a folder)."""
+    size = name.partition("+")[0]
+    if size not in MODEL_SIZES:
+        return None
+    tokenizer_dir(name)  # an unknown tokenizer name is a clear error
+    return size, name.partition("+")[2] or "world"
+
+
 def _with_tool_template(tok):
     tmpl = tok.chat_template or ""
     if "tools" not in tmpl:
@@ -64,13 +85,15 @@ def load_tokenizer(name_or_path: str = "tiny"):
     """The tokenizer for a model name (see ``load_model``) or a folder."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+    sized = split_model_name(name_or_path)
     if name_or_path in BASE_DIRS:
         name_or_path = str(BASE_DIRS[name_or_path])
-    elif name_or_path in MODEL_SIZES or name_or_path == "world":
-        if not (TOKENIZER_DIR / "tokenizer.json").exists():
-            raise FileNotFoundError(f"shipped tokenizer missing at {TOKENIZER_DIR}; "
-                                    "rebuild it with: python scripts/train_tokenizer.py")
-        tok = PreTrainedTokenizerFast(tokenizer_file=str(TOKENIZER_DIR / "tokenizer.json"),
+    elif sized or name_or_path in TOKENIZER_DIRS:
+        folder = tokenizer_dir(name_or_path) if sized else TOKENIZER_DIRS[name_or_path]
+        if not (folder / "tokenizer.json").exists():
+            raise FileNotFoundError(f"shipped tokenizer missing at {folder}; "
+                                    "rebuild it with: python scripts/train_tokenizer.py [--worlds]")
+        tok = PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"),
                                       bos_token=None, eos_token="<|im_end|>",
                                       pad_token="<|endoftext|>", unk_token=None)
         tok.chat_template = CHAT_TEMPLATE.read_text()
@@ -102,13 +125,15 @@ def _matches_file(tok, file: Path) -> bool:
 
 
 def tiny_config(size: str = "tiny", vocab_size: int | None = None, max_positions: int = 2048):
-    """The transformers config of a named size (Qwen2, or Llama for ``smollm2-shape``)."""
+    """The transformers config of a named size (Qwen2, or Llama for ``smollm2-shape``); the
+    size may name its tokenizer (``tiny+worlds``)."""
     from transformers import LlamaConfig, Qwen2Config
 
-    if size not in MODEL_SIZES:
+    sized = split_model_name(size)
+    if sized is None:
         raise ValueError(f"unknown model size {size!r}; choose from {sorted(MODEL_SIZES)}")
     tok = load_tokenizer(size)
-    shape = dict(MODEL_SIZES[size])
+    shape = dict(MODEL_SIZES[sized[0]])
     cls = LlamaConfig if shape.pop("arch", "qwen2") == "llama" else Qwen2Config
     return cls(vocab_size=vocab_size or len(tok), max_position_embeddings=max_positions,
                tie_word_embeddings=True, rope_theta=10000.0, eos_token_id=tok.eos_token_id,
@@ -167,7 +192,7 @@ def load_model(name_or_path: str = "tiny", *, dtype: Any = None, device: str | N
     if name_or_path in BASE_DIRS:  # a shipped base (agentsearch.models.tiny_base)
         return load_base(BASE_DIRS[name_or_path], dtype=dtype, device=device)
     tok = load_tokenizer(name_or_path)
-    if name_or_path in MODEL_SIZES:
+    if split_model_name(name_or_path):
         if seed is not None:
             torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(tiny_config(name_or_path, vocab_size=len(tok)))
@@ -202,23 +227,28 @@ def load_base(folder: Path = BASE_DIR, *, dtype=None, device: str | None = None)
     return model, tok
 
 
-def train_world_tokenizer(out_dir: str | Path = TOKENIZER_DIR, vocab_size: int = 4096, seed: int = 0):
-    """Train the byte-level BPE shipped for tiny models on the synthetic world's text.
+def train_world_tokenizer(out_dir: str | Path = TOKENIZER_DIR, vocab_size: int = 4096,
+                          seeds: tuple[int, ...] = (0,)):
+    """Train the byte-level BPE shipped for tiny models on the synthetic worlds ``seeds``.
 
-    Trained on the default world (articles, questions) plus the turn protocol's tags and
-    the chat template's text, so agent turns tokenise compactly. Deterministic for a seed.
+    Trained on those worlds' text (articles, questions) plus the turn protocol's tags and
+    the chat template's text, so agent turns tokenise compactly. Deterministic for the seeds.
+    The shipped ``world`` tokenizer is world 0's (the training world: its names come out
+    shorter than any other world's); ``worlds`` is ``WORLDS_TOKENIZER_SEEDS``' (no world privileged).
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     from agentsearch.data.world import generate_world
 
-    world = generate_world(seed=seed)
     protocol = ["<think>", "</think>", "<search>", "</search>", "<information>", "</information>",
                 "<answer>", "</answer>", "<tool_call>", "</tool_call>", "<tool_response>",
                 "</tool_response>", "Doc 1(Title: ", "Doc 2(Title: ", "Doc 3(Title: ",
                 '{"name": "search", "arguments": {"query": "', '"}}', "\\boxed{", "calculator",
                 "python", "Question: ", "system", "user", "assistant", "Answer the question."]
-    text = list(world.articles.values()) + [q["question"] for q in world.questions]
+    text = []
+    for seed in seeds:
+        world = generate_world(seed=seed)
+        text += list(world.articles.values()) + [q["question"] for q in world.questions]
     text += [" ".join(protocol)] * 50 + [CHAT_TEMPLATE.read_text()]
     text += ["0123456789 + - * / = ( ) . , ? ! : ; % ' \" # [ ] { } < > _ \n"] * 20
     tk = Tokenizer(models.BPE())

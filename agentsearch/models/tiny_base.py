@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from agentsearch.core.config import ConfigError
-from agentsearch.data.paths import BASE_DIR, BASE_DIRS, TOKENIZER_DIR
+from agentsearch.data.paths import BASE_DIR, BASE_DIRS, tokenizer_dir
 
 __all__ = ["BASE_DIR", "BASE_DIRS", "BASE_RECIPE", "BASE_RECIPES", "REBUILD_HINT", "check_base", "tokenizer_fingerprint"]
 
@@ -35,7 +35,8 @@ def tokenizer_fingerprint(folder: Path) -> str:
 
 def check_base(folder: Path = BASE_DIR) -> dict:
     """``build.json`` of a base folder, after checking the folder is whole and was built for
-    the shipped world tokenizer; a clear error naming the build script otherwise."""
+    the shipped tokenizer its recipe's model names (``tiny``: the world tokenizer); a clear
+    error naming the build script otherwise."""
     folder = Path(folder)
     missing = [f for f in ("model.safetensors", "config.json", "tokenizer.json", "build.json")
                if not (folder / f).is_file()]
@@ -45,7 +46,8 @@ def check_base(folder: Path = BASE_DIR) -> dict:
         build = json.loads((folder / "build.json").read_text())
     except (OSError, ValueError) as e:
         raise ConfigError(f"{folder}/build.json is unreadable ({e}); {REBUILD_HINT}") from None
-    if build.get("tokenizer_sha256") != tokenizer_fingerprint(TOKENIZER_DIR):
+    tokenizer = tokenizer_dir(build.get("recipe", {}).get("model", "tiny"))  # the one it was built from
+    if build.get("tokenizer_sha256") != tokenizer_fingerprint(tokenizer):
         raise ConfigError(f"the base in {folder} was built for another tokenizer than the shipped "
-                          f"{TOKENIZER_DIR}; {REBUILD_HINT}")
+                          f"{tokenizer}; {REBUILD_HINT}")
     return build

@@ -49,11 +49,12 @@ def code_fingerprint(base: str = "tiny-base") -> str:
     """sha256 of the code that makes the base's training data and trains it: the world
     generator (and, for ``tiny-chain-base``, its chain questions; for ``tiny-math-base`` the
     problem generator and the calculator instead of the world), the oracle population and
-    its transcript filter, the SFT loop and its optimizer schedule, and the shipped tokenizer.
+    its transcript filter, the SFT loop and its optimizer schedule, and the shipped tokenizer
+    its recipe's model names.
     A change to any of them means the shipped base is stale."""
     from agentsearch.algorithms import optim
     from agentsearch.data import chains, world
-    from agentsearch.data.paths import TOKENIZER_DIR
+    from agentsearch.data.paths import tokenizer_dir
     from agentsearch.envs.tasks import math_tasks
     from agentsearch.envs.tools import sandbox
     from agentsearch.warmstart import chain_oracle, math_oracle, search_oracle, sft
@@ -64,7 +65,7 @@ def code_fingerprint(base: str = "tiny-base") -> str:
     h = hashlib.sha256()
     for module in modules:
         h.update(inspect.getsource(module).encode())
-    h.update((TOKENIZER_DIR / "tokenizer.json").read_bytes())
+    h.update((tokenizer_dir(_config(base=base).model) / "tokenizer.json").read_bytes())
     return h.hexdigest()
 
 
@@ -75,7 +76,8 @@ def build(out: str | Path | None = None, overrides: list[str] | None = None, bas
     import torch
 
     from agentsearch.core.cache import publish_dir
-    from agentsearch.models.text import TOKENIZER_DIR, load_model
+    from agentsearch.data.paths import tokenizer_dir
+    from agentsearch.models.text import load_model
     from agentsearch.rollout.hf import HFBackend
     from agentsearch.trainer.checkpoint import save_final
     from agentsearch.trainer.eval import eval_envs, eval_settings, evaluate
@@ -97,7 +99,7 @@ def build(out: str | Path | None = None, overrides: list[str] | None = None, bas
     denv, dtasks = eval_envs(cfg)
     dev = evaluate(HFBackend(model, tok), denv, dtasks, **eval_settings(cfg))
     record = {"recipe": recipe(overrides, base), "preset": BASE_RECIPES[base], "overrides": list(overrides or []),
-              "code_sha256": code_fingerprint(base), "tokenizer_sha256": tokenizer_fingerprint(TOKENIZER_DIR),
+              "code_sha256": code_fingerprint(base), "tokenizer_sha256": tokenizer_fingerprint(tokenizer_dir(cfg.model)),
               "git": git_revision(), "torch": torch.__version__, "built": time.strftime("%Y-%m-%d %H:%M"),
               "train_seconds": round(t_train, 1), "warm_start": metrics, "eval": dev}
     out = Path(out)

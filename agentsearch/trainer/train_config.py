@@ -189,7 +189,9 @@ class TrainConfig:
     """Passed to the env constructor (e.g. turn_format, topk, retriever, world_seed)."""
     # --- model
     model: str = "tiny"
-    """``tiny``/``tiny-s``/``small`` (built from a config), ``smollm2``, or a path."""
+    """``tiny``/``tiny-s``/``small`` (built from a config; ``tiny+worlds``: with the tokenizer
+    trained on other worlds than the training one), a shipped base (``tiny-base``,
+    ``tiny-chain-base``, ``tiny-math-base``), ``smollm2``, or a path."""
     init_from: str | None = None
     """Load weights from this folder (e.g. a previous run's ``final``) instead of ``model``."""
     lora: LoraSettings = field(default_factory=LoraSettings)

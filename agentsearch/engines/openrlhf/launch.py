@@ -157,17 +157,17 @@ def model_path(cfg: OpenRLHFConfig, run: Path, *, write: bool) -> str:
     source = t.init_from or t.model
     if Path(source).exists():
         return str(Path(source).resolve())
-    if source == "tiny-base":
-        from agentsearch.models.tiny_base import BASE_DIR
+    from agentsearch.data.paths import BASE_DIRS
 
-        return str(BASE_DIR)
+    if source in BASE_DIRS:  # a shipped base (tiny-base, tiny-chain-base, tiny-math-base)
+        return str(BASE_DIRS[source])
     if source == "smollm2":
         from agentsearch.models.text import smollm2_path
 
         return str(smollm2_path())
-    from agentsearch.models.text import MODEL_SIZES
+    from agentsearch.models.text import split_model_name
 
-    if source in MODEL_SIZES:  # built from a config: save it where every node can read it
+    if split_model_name(source):  # built from a config: save it where every node can read it
         folder = run / "model"
         if write:
             from agentsearch.models.text import load_model
