@@ -225,9 +225,11 @@ def test_the_report_command_writes_the_tables_for_a_suite(tmp_path):
              "diagnose": {"table": {"natural": {"all": 0.4}},
                           "hops": {"chain3": {"hop2": 0.9, "hop3": 0.7}, "chain4": {"hop2": 0.7, "hop3": 0.9, "hop4": 0.5}}},
              "unseen_world": {"mean_at_n": 0.02}}
-    (suite / "hdr-s0" / "final_evals.json").write_text(json.dumps(final))
     pinned = _run(suite, "naive-s0", {0: 0.1, 4: 0.2, 8: 0.25})  # no stamps, but known to be from that machine
     (pinned / MACHINE_FILE).write_text('{"calibration_unix": 500}')
+    for name in ("hdr-s0", "on_policy_larger-s0", "naive-s0"):  # finished: their final models evaluated
+        (suite / name / "final_evals.json").write_text(json.dumps(final))
+    _run(suite, "hdr-s1", {0: 0.1, 4: 0.0})  # still training (no final evals): left out
     (tmp_path / "calibration").mkdir()  # this machine ran the reference at half the reference's speed
     (tmp_path / "calibration" / "500.json").write_text(json.dumps({"unix": 500, "s_per_step": 2 * REFERENCE_S_PER_STEP}))
     script = Path(__file__).resolve().parent.parent / "scripts" / "experiments" / "hard_world.py"
@@ -235,6 +237,7 @@ def test_the_report_command_writes_the_tables_for_a_suite(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     line = json.loads(res.stdout.strip().splitlines()[-1])
     assert line["ok"] and line["target"]["score"] == pytest.approx(0.27)  # 90% of on_policy_larger's final
+    assert line["unfinished"] == ["hdr-s1"] and "left out, not finished: hdr-s1" in res.stderr
     hdr = line["methods"]["hdr"]
     # hdr reaches 0.3 at step 4 (on_policy_larger at 8) on a machine 2x slower than the reference: 4/8 x 0.5
     assert hdr["ratio_to_90pct"] == 0.25 and hdr["ratio_to_100pct"] == 0.25 and hdr["reached"] == "1/1"

@@ -38,7 +38,8 @@ per-hop success of its own episodes); written to ``RUN/final_evals.json`` (a run
 is skipped).
 
 ``report``: per suite folder, ``analysis.hard_world.report`` plus the final evals, into
-``SUITE/analysis/``; one JSON line per suite on stdout.
+``SUITE/analysis/``; one JSON line per suite on stdout. Only finished runs (those with
+``final_evals.json``) count: a run still training is named on stderr and left out.
 
 ``archive`` / ``restore``: a grid larger than one session goes on in the next from the
 repository. ``archive SUITE...`` copies every finished, final-evaluated run's ``config.yaml``,
@@ -228,7 +229,11 @@ def report(a) -> int:
     from agentsearch.analysis.pareto import write_outputs
 
     for suite in map(Path, a.suites):
-        runs = sorted(r for r in suite.iterdir() if (r / "metrics.jsonl").exists())
+        started = sorted(r for r in suite.iterdir() if (r / "metrics.jsonl").exists())
+        runs = [r for r in started if (r / "final_evals.json").exists()]  # finished: a run in flight has none
+        unfinished = [r.name for r in started if r not in runs]
+        if unfinished:
+            print(f"[hard_world] {suite.name}: left out, not finished: {', '.join(unfinished)}", file=sys.stderr)
         cals = [json.loads(c.read_text()) for c in sorted((suite.parent / "calibration").glob("*.json"))]
         analyse = partial(analyse_on, label_by="dir", time_scale=partial(_scale_to_reference, cals))
         full = analyse(runs)
@@ -239,15 +244,14 @@ def report(a) -> int:
             continue
         result = analyse(runs, target_method="on_policy_larger", target_score=0.9 * base["final_mean"])
         write_outputs(result, suite / "analysis" / "pareto.png")
-        evals = {r.name: json.loads((r / "final_evals.json").read_text())
-                 for r in runs if (r / "final_evals.json").exists()}
+        evals = {r.name: json.loads((r / "final_evals.json").read_text()) for r in runs}
         write_report(result, suite / "analysis", title=f"{suite.name}: target 90% of on_policy_larger's final",
                      evals=evals)
         write_report(full, suite / "analysis" / "paper_target",
                      title=f"{suite.name}: target 100% of on_policy_larger's final (the HDR paper's test)")
         (suite / "analysis" / "final_evals.json").write_text(json.dumps(evals, indent=1))
         paper = {m["method"]: m["ratio_mean"] for m in full["methods"]}
-        print(json.dumps({"suite": str(suite), "ok": True, "target": result["target"],
+        print(json.dumps({"suite": str(suite), "ok": True, "unfinished": unfinished, "target": result["target"],
                           "methods": {m["method"]: {"final": m["final_mean"], "ratio_to_90pct": m["ratio_mean"],
                                                     "reached": m["reached"], "ratio_to_100pct": paper.get(m["method"])}
                                       for m in result["methods"]}}))
