@@ -144,3 +144,54 @@ def test_latency_profile_wraps_the_envs_own_search_tool():
     cfg = apply_overrides(TrainConfig, "tiny", ["tool_latency.kind=fixed", "tool_latency.mean_s=0.01",
                                                 "tool_latency.in_eval=true"])
     assert isinstance(build_envs(cfg, 1, split="dev")[0].tools["search"], LatencyTool)
+
+
+def test_tool_service_queues_calls_first_come_first_served():
+    """Two slots, 1 s calls arriving together: the third and fourth start when the first two
+    end; a call arriving after the queue drained starts at once."""
+    from agentsearch.envs.tools.latency import ToolService
+
+    svc = ToolService(2)
+    assert [svc.reserve(1.0, now=10.0) for _ in range(4)] == [11.0, 11.0, 12.0, 12.0]
+    assert svc.reserve(0.5, now=11.5) == 12.5  # both slots are busy until 12
+    assert svc.reserve(0.5, now=20.0) == 20.5
+    with pytest.raises(ValueError, match="concurrency must be >= 1"):
+        ToolService(0)
+
+
+def test_a_capacity_limited_search_service_makes_a_burst_wait_for_its_calls():
+    """tool_latency.concurrency: every episode's search shares one service; with one slot the
+    four 50 ms calls of a turn take ~4 x 50 ms, with two ~2 x 50 ms, unlimited they overlap."""
+    from agentsearch.core.config import ConfigError, apply_overrides
+    from agentsearch.envs.tools.latency import ToolService
+    from agentsearch.trainer.setup import build_envs
+    from agentsearch.trainer.train_config import TrainConfig
+
+    cfg = apply_overrides(TrainConfig, "tiny", ["tool_latency.kind=fixed", "tool_latency.mean_s=0.05",
+                                                "tool_latency.concurrency=2"])
+    envs = build_envs(cfg, 4)
+    tools = [env.tools["search"] for env in envs]
+    assert isinstance(tools[0].service, ToolService) and all(t.service is tools[0].service for t in tools)
+    name = envs[0].reset(seed=0)[1]["question"].split("When was ")[1].rstrip("?")
+
+    async def burst() -> float:
+        t0 = time.perf_counter()
+        outs = await asyncio.gather(*(t(query=name) for t in tools))
+        assert all(o.startswith("Doc 1") for o in outs)  # the real search answered every call
+        return time.perf_counter() - t0
+
+    async def load():  # the retriever loads: untimed
+        await asyncio.gather(*(t.tool(query=name) for t in tools))
+
+    asyncio.run(load())
+    two = asyncio.run(burst())
+    single = ToolService(1)
+    for t in tools:
+        t.service = single
+    one = asyncio.run(burst())
+    for t in tools:
+        t.service = None
+    unlimited = asyncio.run(burst())
+    assert unlimited < 0.1 <= two < 0.2 <= one < 0.35, (unlimited, two, one)
+    with pytest.raises(ConfigError, match="tool_latency.concurrency=-1"):
+        apply_overrides(TrainConfig, "tiny", ["tool_latency.concurrency=-1"])

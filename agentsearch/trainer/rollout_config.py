@@ -20,6 +20,12 @@ class ToolLatency:
     """Mean added seconds per search call."""
     sigma: float = 0.5
     """Log-normal shape parameter (kind=lognormal); the mean stays ``mean_s``."""
+    concurrency: int = 0
+    """Calls the modelled search service serves at once. 0: unlimited (every call overlaps, so
+    a lock-step step waits about its number of turns times the slowest call, whatever its
+    number of episodes). k > 0: calls queue first come first served for k slots
+    (``envs.tools.latency.ToolService``, one per run), as on a retrieval server or a
+    rate-limited API, so a step's wait grows with its number of calls."""
     in_eval: bool = False
     """Delay evaluation's search calls too. Off by default: evaluation is outside the training
     wall-clock (``time/eval`` is not in ``time/train_cumulative``) and the delay changes no

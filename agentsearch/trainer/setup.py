@@ -14,7 +14,7 @@ import torch
 
 from agentsearch.core.config import ConfigError
 from agentsearch.envs.registration import make_env
-from agentsearch.envs.tools.latency import LatencyTool
+from agentsearch.envs.tools.latency import LatencyTool, ToolService
 from agentsearch.envs.tools.retrieval import preflight
 from agentsearch.models.lora import apply_lora
 from agentsearch.trainer.train_config import TrainConfig
@@ -162,6 +162,7 @@ def build_envs(cfg: TrainConfig, count: int, split: str = "train", questions: st
     if kwargs.get("chat_template") == "policy" or kwargs.get("max_obs_tokens") is not None:
         kwargs.setdefault("tokenizer", policy_tokenizer(cfg))
     envs = []
+    service = ToolService(cfg.tool_latency.concurrency) if cfg.tool_latency.concurrency > 0 else None
     for i in range(count):
         try:
             env = make_env(cfg.env, **kwargs)
@@ -173,7 +174,7 @@ def build_envs(cfg: TrainConfig, count: int, split: str = "train", questions: st
         if cfg.tool_latency.kind != "none" and delayed and "search" in getattr(env, "tools", {}):
             # wrap the env's own search tool: it keeps the env's topk, index and world
             env.tools["search"] = LatencyTool(env.tools["search"], cfg.tool_latency,
-                                              seed=cfg.seed * 100003 + i)
+                                              seed=cfg.seed * 100003 + i, service=service)
         if cfg.async_.tool_timeout_s is not None:  # one limit for every call of every tool
             for tool in getattr(env, "tools", {}).values():
                 tool.timeout_s = cfg.async_.tool_timeout_s

@@ -374,6 +374,8 @@ class TrainConfig:
         if self.prompt_skip < 0 or not 0.0 <= self.prompt_skip_explore <= 1.0:
             problems.append(f"prompt_skip={self.prompt_skip} must be >= 0 and prompt_skip_explore="
                             f"{self.prompt_skip_explore} in [0, 1]")
+        if self.tool_latency.concurrency < 0:
+            problems.append(f"tool_latency.concurrency={self.tool_latency.concurrency} must be >= 0 (0 = unlimited)")
         problems += self.async_.problems(self.generation.backend) + self.reliability.problems()
         if self.async_.max_staleness >= 1 and self.loss == "gspo":
             problems.append("async.max_staleness=1 with loss=gspo: the decoupled objective weights "

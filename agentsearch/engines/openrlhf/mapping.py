@@ -39,7 +39,7 @@ FIELDS: dict[str, str] = {
     "generation.vllm_enforce_eager": "`--vllm.enforce_eager`",
     "tool_latency.kind": "refused unless `none` (simulated latency is a local-trainer feature)",
     "tool_latency.mean_s": "with `tool_latency.kind`", "tool_latency.sigma": "with `tool_latency.kind`",
-    "tool_latency.in_eval": "with `tool_latency.kind`",
+    "tool_latency.in_eval": "with `tool_latency.kind`", "tool_latency.concurrency": "with `tool_latency.kind`",
     "async.enabled": "not applicable: OpenRLHF's agent executor already plays each episode on its own "
                      "against vLLM's async engine",
     "async.max_staleness": "refused unless 0 (OpenRLHF's own `--train.async_enable` is refused too)",
