@@ -19,6 +19,11 @@ slot, by its ``finals`` and its ``archive``. Before a session ends, ``touch OUT/
 the runs in flight finish and no new one starts (an unfinished run does not outlive the
 session's machine); ``compare`` lists the runs it held and starts none until the file is removed.
 
+``compare --concurrency K``: the search service serves K calls at once and the rest queue
+(``tool_latency.concurrency``), so a step's tool wait grows with its calls, into
+``OUT/lat-<mean>-c<K>``. Without it every call overlaps, and a lock-step step waits about its
+turns times the slowest call, whatever its number of episodes.
+
 ``compare --methods sweep --key ""`` adds HDR's τ / k_rep sweep (replay_suite's ``sweep``) to
 the same suite, seeds 0-2; the report's replay table has its accept rates.
 
@@ -40,6 +45,11 @@ is skipped).
 ``report``: per suite folder, ``analysis.hard_world.report`` plus the final evals, into
 ``SUITE/analysis/``; one JSON line per suite on stdout. Only finished runs (those with
 ``final_evals.json``) count: a run still training is named on stderr and left out.
+
+``predict SUITE --concurrency K --mean M``: the suite's finished runs with each step's tool
+wait replaced by what a search service of K slots (0: unlimited) and M seconds a call would
+give its calls (``analysis.tool_queue``; a seeded run learns the same at any latency), as one
+JSON line of times to the target and ratios: a latency suite's prediction before it runs.
 
 ``archive`` / ``restore``: a grid larger than one session goes on in the next from the
 repository. ``archive SUITE...`` copies every finished, final-evaluated run's ``config.yaml``,
@@ -125,14 +135,15 @@ def compare(a) -> int:
     evals and its archiving, so the load stays ``--parallel`` processes and every finished run
     is in the repository's archive at once."""
     mean = a.latency.partition(":")[2] or "0"
-    out = Path(a.out) / f"lat-{mean}"
+    out = Path(a.out) / (f"lat-{mean}" + (f"-c{a.concurrency}" if a.concurrency else ""))
     import replay_suite as suite  # this script's own folder is first on sys.path
 
     def specs(methods: str, seeds: list[int]):
         ns = argparse.Namespace(out=str(out), seeds=seeds, methods=methods, steps=a.steps, parallel=a.parallel,
                                 threads_per_run=1, preset=PRESET, latency=a.latency, search_r1=False, port=0,
                                 metric="eval/mean_at_n", dry_run=False,
-                                overrides=[f"lr={a.lr}", "eval.every=20", *a.overrides])
+                                overrides=[f"lr={a.lr}", "eval.every=20", *a.overrides,
+                                           *([f"tool_latency.concurrency={a.concurrency}"] if a.concurrency else [])])
         return suite.resolve(ns)
 
     runs, budget = specs(a.methods, [0, 1, 2])
@@ -220,6 +231,36 @@ def finals(a) -> int:
     return 1 if failed else 0
 
 
+def _finished_runs(suite: Path) -> tuple[list[Path], list[str]]:
+    """The suite's finished runs (with ``final_evals.json``: a run in flight has none) and the
+    names of the others, which are named on stderr and left out."""
+    started = sorted(r for r in suite.iterdir() if (r / "metrics.jsonl").exists())
+    runs = [r for r in started if (r / "final_evals.json").exists()]
+    unfinished = [r.name for r in started if r not in runs]
+    if unfinished:
+        print(f"[hard_world] {suite.name}: left out, not finished: {', '.join(unfinished)}", file=sys.stderr)
+    return runs, unfinished
+
+
+def _reference_clock(suite: Path):
+    """``pareto.analyse``'s ``time_scale``: each run's seconds on the reference machine's clock."""
+    cals = [json.loads(c.read_text()) for c in sorted((suite.parent / "calibration").glob("*.json"))]
+    return partial(_scale_to_reference, cals)
+
+
+def predict(a) -> int:
+    """The suite's finished runs replayed under a search service of ``--concurrency`` slots and
+    ``--mean`` seconds a call (``analysis.tool_queue``): one JSON line of per-method times to
+    the target (90% of on_policy_larger's final) and ratios."""
+    from agentsearch.analysis.pareto import analyse
+    from agentsearch.analysis.tool_queue import predict as predict_on
+
+    runs, _ = _finished_runs(Path(a.suite))
+    result = analyse(runs, label_by="dir", time_scale=_reference_clock(Path(a.suite)))
+    print(json.dumps({"suite": a.suite, **predict_on(result["_runs"], a.concurrency, a.mean, seed=a.seed)}))
+    return 0
+
+
 def report(a) -> int:
     """Per suite: the pre-registered target (90% of on_policy_larger's final, ratios to its
     wall-clock) with pareto's outputs and the hard-world table; and the HDR paper's own test,
@@ -229,13 +270,8 @@ def report(a) -> int:
     from agentsearch.analysis.pareto import write_outputs
 
     for suite in map(Path, a.suites):
-        started = sorted(r for r in suite.iterdir() if (r / "metrics.jsonl").exists())
-        runs = [r for r in started if (r / "final_evals.json").exists()]  # finished: a run in flight has none
-        unfinished = [r.name for r in started if r not in runs]
-        if unfinished:
-            print(f"[hard_world] {suite.name}: left out, not finished: {', '.join(unfinished)}", file=sys.stderr)
-        cals = [json.loads(c.read_text()) for c in sorted((suite.parent / "calibration").glob("*.json"))]
-        analyse = partial(analyse_on, label_by="dir", time_scale=partial(_scale_to_reference, cals))
+        runs, unfinished = _finished_runs(suite)
+        analyse = partial(analyse_on, label_by="dir", time_scale=_reference_clock(suite))
         full = analyse(runs)
         base = next((m for m in full["methods"] if m["method"] == "on_policy_larger"), None)
         if not full["ok"] or base is None or base["final_mean"] is None:
@@ -349,6 +385,8 @@ def main() -> int:
     c.add_argument("--steps", type=int, required=True, help="the budget the pilot chose")
     c.add_argument("--lr", required=True, help="the learning rate the pilot chose")
     c.add_argument("--latency", default="lognormal:0.2", help="KIND:MEAN_S, or none")
+    c.add_argument("--concurrency", type=int, default=0,
+                   help="the search service's slots (tool_latency.concurrency; 0: unlimited); suite lat-<mean>-c<k>")
     c.add_argument("--methods", default="hard")
     c.add_argument("--key", default="hdr,on_policy_larger,dynamic_sampling", help="methods also run on seeds 3-4")
     c.add_argument("--parallel", type=int, default=2)
@@ -363,12 +401,17 @@ def main() -> int:
         s.add_argument("suites", nargs="+")
         s.add_argument("--parallel", type=int, default=2)
         s.add_argument("--to", default=str(ARCHIVE))
+    q = sub.add_parser("predict")
+    q.add_argument("suite")
+    q.add_argument("--concurrency", type=int, default=0, help="the service's slots (0: unlimited)")
+    q.add_argument("--mean", type=float, required=True, help="mean seconds a search call takes")
+    q.add_argument("--seed", type=int, default=0, help="seed of the latency draws")
     r = sub.add_parser("restore")
     r.add_argument("--source", default=str(ARCHIVE))
     r.add_argument("--out", default="runs/hard_world")
     a = ap.parse_args()
     return {"pilot": pilot, "compare": compare, "calibrate": calibrate, "finals": finals, "report": report,
-            "archive": archive, "restore": restore}[a.cmd](a)
+            "archive": archive, "restore": restore, "predict": predict}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,90 @@
+"""What a search service with limited slots adds to a lock-step training step, and runs'
+clocks replayed under it (the hard world's latency suites, ``hard_world.py predict``).
+
+The learning of a seeded run does not depend on tool latency (the same tokens and evaluation
+scores at every step, measured at latency 0 and 0.2 s), only its clock does. So a run's
+training seconds under another service are its own seconds with each step's measured tool
+wait (``time/env``) replaced by the wait the service would give that step's calls.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import statistics
+
+from agentsearch.analysis.runs import Run
+
+__all__ = ["makespan", "step_wait", "queued_points", "predict"]
+
+
+def makespan(durations: list[float], slots: int) -> float:
+    """Seconds until the last of calls arriving together finishes, served first come first
+    served by ``slots`` servers (0: unlimited, all at once)."""
+    if not durations:
+        return 0.0
+    if slots <= 0:
+        return max(durations)
+    free = [0.0] * slots  # a heap of the times each server frees
+    for d in durations:
+        heapq.heappush(free, heapq.heappop(free) + d)
+    return max(free)
+
+
+def step_wait(calls: float, turns: int, slots: int, mean_s: float, rng: random.Random,
+              sigma: float = 0.5) -> float:
+    """The tool wait of one lock-step step: ``calls`` spread evenly over the ``turns - 1``
+    turns that search (the last turn answers), each call log-normal with mean ``mean_s``."""
+    searching = max(turns - 1, 1)
+    per_turn = int(round(calls / searching))
+    mu = math.log(max(mean_s, 1e-9)) - sigma ** 2 / 2  # E[X] = mean_s
+    return sum(makespan([rng.lognormvariate(mu, sigma) for _ in range(per_turn)], slots)
+               for _ in range(searching))
+
+
+def queued_points(run: Run, slots: int, mean_s: float, rng: random.Random,
+                  sigma: float = 0.5) -> list[tuple[float, float, int]]:
+    """The run's evaluation points (seconds, value, step) with every step's ``time/env``
+    replaced by ``step_wait`` of its ``rollout/tool_calls`` and ``rollout/generate_calls``."""
+    steps = {r["step"]: r for r in run.records if isinstance(r.get("step"), int) and r["step"] > 0}
+    delta, shift = {}, 0.0
+    for s in sorted(steps):
+        r = steps[s]
+        wait = step_wait(float(r.get("rollout/tool_calls", 0)), int(r.get("rollout/generate_calls", 1)),
+                         slots, mean_s, rng, sigma)
+        shift += wait - float(r.get("time/env") or 0.0)
+        delta[s] = shift
+    return [(t + delta.get(step, 0.0), q, step) for t, q, step in run.points]
+
+
+def predict(runs: list[Run], slots: int, mean_s: float, target_method: str = "on_policy_larger",
+            share: float = 0.9, seed: int = 0, sigma: float = 0.5) -> dict:
+    """Per method, under a service of ``slots`` x ``mean_s``: the mean time to ``share`` of
+    ``target_method``'s mean final score, its ratio to ``target_method``'s mean training time
+    (as the report's "ratio") and to its mean time to that target, and the mean wait a step.
+    ``runs``: loaded, their seconds already on one clock."""
+    rng = random.Random(seed)
+    points = {r.name: queued_points(r, slots, mean_s, rng, sigma) for r in runs if r.points}
+    ref = [r for r in runs if r.label == target_method and r.points]
+    if not ref:
+        raise ValueError(f"predict: no {target_method} runs with evaluations: no target")
+    target = share * statistics.mean(r.final for r in ref)
+
+    def time_to(r: Run) -> float | None:
+        return next((t for t, q, _ in points[r.name] if q >= target - 1e-12), None)
+
+    ref_train = statistics.mean(points[r.name][-1][0] for r in ref)
+    ref_hits = [t for t in map(time_to, ref) if t is not None]
+    ref_time = statistics.mean(ref_hits) if ref_hits else None
+    rows = []
+    for label in sorted({r.label for r in runs if r.points}):
+        mine = [r for r in runs if r.label == label and r.points]
+        hits = [t for t in map(time_to, mine) if t is not None]
+        mean = statistics.mean(hits) if hits else None
+        train = statistics.mean(points[r.name][-1][0] for r in mine)
+        rows.append({"method": label, "seeds": len(mine), "reached": f"{len(hits)}/{len(mine)}",
+                     "time_to_target": mean, "train_seconds": train,
+                     "ratio": None if mean is None else mean / ref_train,
+                     "to_reference": None if mean is None or not ref_time else mean / ref_time})
+    return {"slots": slots, "mean_s": mean_s, "target": target, "target_method": target_method, "methods": rows}

@@ -1,0 +1,52 @@
+"""The queue model of a search service with limited slots (agentsearch.analysis.tool_queue),
+on hand-worked numbers."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from agentsearch.analysis.runs import Run
+from agentsearch.analysis.tool_queue import makespan, predict, queued_points, step_wait
+
+
+def test_makespan_serves_first_come_first_served():
+    assert makespan([1.0, 2.0, 3.0], 0) == 3.0  # unlimited: the slowest call
+    # two slots: 1 and 2 start at 0; 3 takes the slot freed at 1 and ends at 4
+    assert makespan([1.0, 2.0, 3.0], 2) == 4.0
+    assert makespan([1.0] * 8, 1) == 8.0 and makespan([], 3) == 0.0
+
+
+def test_step_wait_spreads_calls_over_the_searching_turns():
+    rng = random.Random(0)  # sigma 0: every call takes exactly the mean
+    assert step_wait(12, 4, 4, 1.0, rng, sigma=0.0) == pytest.approx(3.0)  # 3 turns x 4 calls, 4 slots
+    assert step_wait(12, 4, 2, 1.0, rng, sigma=0.0) == pytest.approx(6.0)  # 2 rounds a turn
+    assert step_wait(12, 4, 0, 0.5, rng, sigma=0.0) == pytest.approx(1.5)  # unlimited: a call a turn
+    assert step_wait(0, 1, 4, 1.0, rng, sigma=0.0) == 0.0
+
+
+def _run(name: str, label: str, evals: dict[int, float], seconds_per_step: float, calls: float, env: float) -> Run:
+    records = [{"step": s, "rollout/tool_calls": calls, "rollout/generate_calls": 3, "time/env": env}
+               for s in range(1, max(evals) + 1)]
+    points = [(s * seconds_per_step, q, s) for s, q in sorted(evals.items())]
+    return Run(path=Path(name), records=records, points=points, label=label)
+
+
+def test_queued_points_replace_each_steps_measured_wait():
+    run = _run("r-s0", "r", {0: 0.1, 2: 0.3}, 10.0, calls=8, env=1.0)
+    # 2 searching turns x 4 calls on 2 slots at 1 s (sigma 0): 2 s a turn, 4 s a step against 1 s measured
+    pts = queued_points(run, 2, 1.0, random.Random(0), sigma=0.0)
+    ref_run = _run("on_policy_larger-s0", "on_policy_larger", {0: 0.1, 1: 0.2, 2: 0.4}, 10.0, calls=16, env=1.0)
+    table = predict([run, ref_run], 2, 1.0, sigma=0.0)
+    assert pts == [(0.0, 0.1, 0), (20.0 + 2 * 3.0, 0.3, 2)]
+    # target 0.9 x 0.4 = 0.36: on_policy_larger reaches it at step 2: 20 s + 2 x (8 - 1) s = 34 s,
+    # its training time too; r never does (0.3)
+    assert table["target"] == pytest.approx(0.36)
+    ref = next(m for m in table["methods"] if m["method"] == "on_policy_larger")
+    assert ref["time_to_target"] == pytest.approx(34.0) and ref["ratio"] == pytest.approx(1.0)
+    r = next(m for m in table["methods"] if m["method"] == "r")
+    assert r["reached"] == "0/1" and r["time_to_target"] is None and r["train_seconds"] == pytest.approx(26.0)
+    with pytest.raises(ValueError, match="no on_policy_larger runs"):
+        predict([run], 2, 1.0)
