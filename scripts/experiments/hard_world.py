@@ -69,6 +69,13 @@ import sys
 from functools import partial
 from pathlib import Path
 
+from suite_archive import (  # this script's folder is on sys.path
+    archive,
+    archive_run,
+    copy_calibrations,
+    restore,
+)
+
 from agentsearch.analysis.hard_world import MACHINE_FILE, calibration_factor
 from agentsearch.recipes.runner import (
     ARCHIVED,
@@ -152,7 +159,7 @@ def compare(a) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if a.calibrate and not (out / HOLD).exists():
         calibrate(argparse.Namespace(out=a.out, steps=CALIBRATION_STEPS))
-        _copy_calibrations(out.parent / "calibration", Path(a.to) / "calibration")
+        copy_calibrations(out.parent / "calibration", Path(a.to) / "calibration")
     listed = json.loads((out / "suite.json").read_text()) if (out / "suite.json").exists() else {}
     command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])  # a suite grows (e.g. the sweep's arms): merged
     (out / "suite.json").write_text(json.dumps({
@@ -169,7 +176,7 @@ def compare(a) -> int:
         trained = train_run(spec.run, spec.preset, spec.overrides, threads=1)
         if not (spec.run / "final_evals.json").exists():
             _final_evals(spec.run)
-        _archive_run(spec.run, Path(a.to))
+        archive_run(spec.run, Path(a.to))
         print(f"[hard_world] {spec.name}: {'trained' if trained else 'finished before'}, evaluated, archived",
               file=sys.stderr, flush=True)
         return "done"
@@ -303,70 +310,6 @@ def _pinned_calibration(run: Path) -> float | None:
     """The calibration a run's ``machine.json`` names (``analysis.hard_world.MACHINE_FILE``), if any."""
     f = run / MACHINE_FILE
     return json.loads(f.read_text())["calibration_unix"] if f.exists() else None
-
-
-def _archive_run(run: Path, to: Path) -> Path:
-    """A finished, final-evaluated run's records into ``to/<suite>/<run>`` (no weights)."""
-    import gzip
-    import shutil
-
-    dest = to / run.parent.name / run.name
-    dest.mkdir(parents=True, exist_ok=True)
-    shutil.copy(run / "config.yaml", dest / "config.yaml")
-    shutil.copy(run / "final_evals.json", dest / "final_evals.json")
-    if (run / MACHINE_FILE).exists():
-        shutil.copy(run / MACHINE_FILE, dest / MACHINE_FILE)
-    with open(run / "metrics.jsonl", "rb") as src, gzip.GzipFile(dest / "metrics.jsonl.gz", "wb", mtime=0) as out:
-        shutil.copyfileobj(src, out)
-    return dest
-
-
-def _copy_calibrations(src: Path, dest: Path) -> int:
-    """The machine calibrations (``calibrate``) of ``src`` into ``dest``; how many were new."""
-    import shutil
-
-    new = [c for c in sorted(src.glob("*.json")) if not (dest / c.name).exists()]
-    for c in new:
-        dest.mkdir(parents=True, exist_ok=True)
-        shutil.copy(c, dest / c.name)
-    return len(new)
-
-
-def archive(a) -> int:
-    done = []
-    for suite in map(Path, a.suites):
-        _copy_calibrations(suite.parent / "calibration", Path(a.to) / "calibration")
-        for run in sorted(r for r in suite.iterdir() if r.is_dir()):
-            if (run / "final").exists() and run_finished(run) and (run / "final_evals.json").exists():
-                _archive_run(run, Path(a.to))
-                done.append(f"{suite.name}/{run.name}")
-    print(json.dumps({"archived": len(done), "to": str(a.to), "runs": done}))
-    return 0
-
-
-def restore(a) -> int:
-    import gzip
-    import shutil
-
-    done = []
-    for src in sorted(p for p in Path(a.source).glob("*/*") if (p / "metrics.jsonl.gz").exists()):
-        run = Path(a.out) / src.parent.name / src.name
-        if run_finished(run):
-            continue
-        if run.exists():
-            shutil.rmtree(run)  # an unfinished rerun of an archived run: the archive wins
-        run.mkdir(parents=True)
-        shutil.copy(src / "config.yaml", run / "config.yaml")
-        shutil.copy(src / "final_evals.json", run / "final_evals.json")
-        if (src / MACHINE_FILE).exists():
-            shutil.copy(src / MACHINE_FILE, run / MACHINE_FILE)
-        with gzip.open(src / "metrics.jsonl.gz", "rb") as f, open(run / "metrics.jsonl", "wb") as out:
-            shutil.copyfileobj(f, out)
-        (run / ARCHIVED).write_text(json.dumps({"from": str(src)}) + "\n")
-        done.append(str(run))
-    _copy_calibrations(Path(a.source) / "calibration", Path(a.out) / "calibration")
-    print(json.dumps({"restored": len(done), "runs": done}))
-    return 0
 
 
 def main() -> int:
