@@ -32,6 +32,12 @@ class ToolLatency:
     answer, so it would only lengthen each evaluation (~4.5 min for Mean@4 on the hard world's
     dev slice at 0.2 s on the 2-core CPU machine)."""
 
+    def problems(self) -> list[str]:
+        """What is wrong with these settings (``TrainConfig`` raises them together)."""
+        if self.concurrency < 0:
+            return [f"tool_latency.concurrency={self.concurrency} must be >= 0 (0 = unlimited)"]
+        return []
+
 
 @dataclass
 class SamplingConfig:

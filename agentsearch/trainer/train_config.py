@@ -374,16 +374,14 @@ class TrainConfig:
         if self.prompt_skip < 0 or not 0.0 <= self.prompt_skip_explore <= 1.0:
             problems.append(f"prompt_skip={self.prompt_skip} must be >= 0 and prompt_skip_explore="
                             f"{self.prompt_skip_explore} in [0, 1]")
-        if self.tool_latency.concurrency < 0:
-            problems.append(f"tool_latency.concurrency={self.tool_latency.concurrency} must be >= 0 (0 = unlimited)")
         problems += self.async_.problems(self.generation.backend) + self.reliability.problems()
+        problems += self.tool_latency.problems()
         if self.async_.max_staleness >= 1 and self.loss == "gspo":
             problems.append("async.max_staleness=1 with loss=gspo: the decoupled objective weights "
                             "tokens, GSPO's ratio is per sequence; use grpo or cispo")
         if self.dtype == "bfloat16" and not self.lora.enabled:
-            problems.append("dtype=bfloat16 with full-weight training: AdamW on bf16 weights rounds "
-                            "small updates to zero; train a LoRA adapter (lora.enabled=true) or use "
-                            "dtype=float32")
+            problems.append("dtype=bfloat16 with full-weight training: AdamW on bf16 weights rounds small "
+                            "updates to zero; train a LoRA adapter (lora.enabled=true) or dtype=float32")
         if problems:
             raise ConfigError("; ".join(problems))
 
