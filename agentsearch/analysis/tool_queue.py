@@ -9,12 +9,11 @@ wait (``time/env``) replaced by the wait the service would give that step's call
 
 from __future__ import annotations
 
-import heapq
-import math
 import random
 import statistics
 
 from agentsearch.analysis.runs import Run
+from agentsearch.envs.tools.latency import ToolService, lognormal_s
 
 __all__ = ["makespan", "step_wait", "queued_points", "predict"]
 
@@ -26,10 +25,8 @@ def makespan(durations: list[float], slots: int) -> float:
         return 0.0
     if slots <= 0:
         return max(durations)
-    free = [0.0] * slots  # a heap of the times each server frees
-    for d in durations:
-        heapq.heappush(free, heapq.heappop(free) + d)
-    return max(free)
+    service = ToolService(slots)  # the queue the trainer's searches wait in
+    return max(service.reserve(d, now=0.0) for d in durations)
 
 
 def step_wait(calls: float, turns: int, slots: int, mean_s: float, rng: random.Random,
@@ -38,8 +35,7 @@ def step_wait(calls: float, turns: int, slots: int, mean_s: float, rng: random.R
     turns that search (the last turn answers), each call log-normal with mean ``mean_s``."""
     searching = max(turns - 1, 1)
     per_turn = int(round(calls / searching))
-    mu = math.log(max(mean_s, 1e-9)) - sigma ** 2 / 2  # E[X] = mean_s
-    return sum(makespan([rng.lognormvariate(mu, sigma) for _ in range(per_turn)], slots)
+    return sum(makespan([lognormal_s(rng, mean_s, sigma) for _ in range(per_turn)], slots)
                for _ in range(searching))
 
 
@@ -62,7 +58,7 @@ def predict(runs: list[Run], slots: int, mean_s: float, target_method: str = "on
             share: float = 0.9, seed: int = 0, sigma: float = 0.5) -> dict:
     """Per method, under a service of ``slots`` x ``mean_s``: the mean time to ``share`` of
     ``target_method``'s mean final score, its ratio to ``target_method``'s mean training time
-    (as the report's "ratio") and to its mean time to that target, and the mean wait a step.
+    (as the report's "ratio") and to its mean time to that target, and its mean training time.
     ``runs``: loaded, their seconds already on one clock."""
     rng = random.Random(seed)
     points = {r.name: queued_points(r, slots, mean_s, rng, sigma) for r in runs if r.points}

@@ -9,7 +9,13 @@ import random
 import threading
 import time
 
-__all__ = ["LatencyTool", "ToolService"]
+__all__ = ["LatencyTool", "ToolService", "lognormal_s"]
+
+
+def lognormal_s(rng: random.Random, mean_s: float, sigma: float) -> float:
+    """One log-normal draw of shape ``sigma`` whose mean is ``mean_s``."""
+    mu = math.log(max(mean_s, 1e-9)) - sigma ** 2 / 2  # E[X] = mean_s
+    return rng.lognormvariate(mu, sigma)
 
 
 class ToolService:
@@ -59,8 +65,7 @@ class LatencyTool:
         p = self.profile
         if p.kind == "fixed":
             return p.mean_s
-        mu = math.log(max(p.mean_s, 1e-9)) - p.sigma ** 2 / 2  # E[X] = mean_s
-        return self._rng.lognormvariate(mu, p.sigma)
+        return lognormal_s(self._rng, p.mean_s, p.sigma)
 
     async def __call__(self, **kwargs):
         service_s = self.delay()
