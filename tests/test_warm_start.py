@@ -43,3 +43,31 @@ def test_pretraining_on_the_training_world_is_refused():
         model, tok = build_policy(cfg)
         with pytest.raises(ConfigError, match="must not include env_kwargs.world_seed"):
             warm_start(cfg, model, tok, build_envs(cfg, 2), make_envs=build_envs)
+
+
+def test_sft_across_worlds_plays_each_world(monkeypatch):
+    """``sft.worlds``: stage 2 imitates the population on the training world and on each disjoint
+    world, as many episodes each, and refuses a range that holds the training world."""
+    import agentsearch.warmstart.stages as stages
+
+    played, real = [], stages.oracle_episodes
+
+    def spy(envs, tok, *, world_seed, count, **kw):  # the real population, each call recorded
+        eps = real(envs, tok, world_seed=world_seed, count=count, **kw)
+        played.append((world_seed, count, {ep.info["question"] for ep in eps}))
+        return eps
+
+    monkeypatch.setattr(stages, "oracle_episodes", spy)
+    cfg = apply_overrides(TrainConfig, "tiny", PRE + ["sft.pretrain_steps=0", "sft.steps=1", "sft.episodes=4",
+                                                       "sft.worlds=2", "sft.pretrain_world_seed=7"])
+    model, tok = build_policy(cfg)
+    m = warm_start(cfg, model, tok, build_envs(cfg, 2), make_envs=build_envs)
+    assert [(w, n) for w, n, _ in played] == [(0, 4), (7, 4), (8, 4)]
+    assert m["sft/episodes"] == sum(len(q) for *_, q in played) > 8  # all three worlds' transcripts
+    assert not played[0][2] & played[1][2]  # other worlds, other questions
+    bad = apply_overrides(TrainConfig, "tiny", PRE + ["sft.pretrain_steps=0", "sft.steps=1", "sft.worlds=2",
+                                                       "sft.pretrain_world_seed=-1"])
+    with pytest.raises(ConfigError, match="sft.worlds after it"):
+        warm_start(bad, model, tok, build_envs(bad, 2), make_envs=build_envs)
+    with pytest.raises(ConfigError, match="sft.worlds=-1"):
+        apply_overrides(TrainConfig, "tiny", ["sft.worlds=-1"])

@@ -80,7 +80,10 @@ class SFTConfig:
     steps: int = 0
     """SFT steps on the oracle's trajectories (policy tokens only); 0 disables."""
     episodes: int = 2000
-    """Oracle trajectories to generate (train split)."""
+    """Oracle trajectories to generate (train split), per world."""
+    worlds: int = 0
+    """Search: SFT also on this many disjoint worlds (seeds ``pretrain_world_seed``, +1, ...),
+    where no memorised fact answers: the policy must copy names from its observations."""
     pretrain_steps: int = 0
     """Causal-LM steps on all tokens of a disjoint world's oracle transcripts, before SFT
     (for randomly initialised tiny models; 0 = off). For ``agentsearch/Vision-v0``: a first
@@ -125,11 +128,7 @@ class SFTConfig:
         from agentsearch.warmstart.chain_oracle import check_chain_strategies
         from agentsearch.warmstart.math_oracle import check_math_strategies
         from agentsearch.warmstart.search_oracle import check_strategies
-
-        def check_vision(shares):  # vision_oracle.VISION_STRATEGIES
-            if not set(shares) <= {"look", "crop", "guess"} or any(v < 0 for v in shares.values()) \
-                    or abs(sum(shares.values()) - 1) > 1e-6:
-                raise ValueError(f"vision shares must be of look/crop/guess, non-negative, summing to 1: {shares}")
+        from agentsearch.warmstart.vision_oracle import check_vision_strategies
 
         for name in ("strategies", "pretrain_strategies"):
             value = getattr(self, name)
@@ -140,7 +139,7 @@ class SFTConfig:
             except (TypeError, ValueError) as e:
                 raise ConfigError(f"sft.{name}: {e}") from None
             errors = []
-            for check in (check_strategies, check_chain_strategies, check_vision,
+            for check in (check_strategies, check_chain_strategies, check_vision_strategies,
                           check_math_strategies):  # one population's shares
                 try:
                     check(shares)
@@ -150,8 +149,9 @@ class SFTConfig:
             else:
                 raise ConfigError(f"sft.{name}: {errors[0]} (or chain questions: {errors[1]}; "
                                   f"or math: {errors[3]})")
-        if self.pretrain_worlds < 1:
-            raise ConfigError(f"sft.pretrain_worlds={self.pretrain_worlds} must be >= 1")
+        if self.pretrain_worlds < 1 or self.worlds < 0:
+            raise ConfigError(f"sft.pretrain_worlds={self.pretrain_worlds} must be >= 1 and "
+                              f"sft.worlds={self.worlds} >= 0")
 
 
 @dataclass

@@ -9,8 +9,10 @@ Search (``agentsearch/Search-v0`` on the synthetic world):
    names from context. No fact of the training world is seen, so answers still have to
    come from search. The result is cached (``sft.pretrain_cache``) like a downloaded
    base model: a rerun with the same settings loads it instead of pretraining again.
-2. ``steps`` of SFT on the oracle's trajectories in the training world, loss on policy
-   tokens only (prompt and environment tokens masked).
+2. ``steps`` of SFT on the oracle's trajectories in the training world (and, with
+   ``worlds``, as many again in each of that many disjoint worlds, where no memorised fact
+   answers and names must be copied), loss on policy tokens only (prompt and environment
+   tokens masked).
 
 Both imitate the oracle population of ``pretrain_strategies`` / ``strategies``
 (``search_oracle``). Math (``agentsearch/Math-v0`` with the calculator): the same two stages
@@ -81,6 +83,15 @@ def _save_pretrained(model, metrics: dict[str, float], folder: Path) -> None:
     publish_dir(tmp, folder)
 
 
+def _disjoint_worlds(kw: dict, first: int, count: int, name: str) -> list[int]:
+    """World seeds ``first`` .. ``first + count - 1``, refused if the training world is one of them."""
+    seeds = [first + i for i in range(count)]
+    if kw.get("world_seed", 0) in seeds:
+        raise ConfigError(f"sft.pretrain_world_seed (and the {name} after it) must not include "
+                          "env_kwargs.world_seed: the other worlds must not hold the training world's facts")
+    return seeds
+
+
 def _log(stage: str, steps: int, every: int) -> Callable[[int, float], None]:
     """A ``log(step, loss)`` callback: one progress line every ``every`` steps (0: silent)."""
     bar = Progress(steps, stage, every=every, enabled=bool(every))
@@ -107,15 +118,23 @@ def warm_start(cfg, model, tok, envs, make_envs: Callable[[object, int], list] |
     # chain questions (the hard world) have their own population: agents that stop too early
     play = chain_oracle_episodes if kw.get("world_questions", "default") == "chains" else oracle_episodes
     out: dict[str, float] = {}
-    if s.pretrain_steps > 0:
+
+    def other_worlds(first: int, count: int, name: str, episodes: int, strategies: dict) -> list[Episode]:
+        """The population's transcripts on ``count`` disjoint worlds from seed ``first``."""
         if make_envs is None:
-            raise ValueError("warm_start with sft.pretrain_steps > 0 needs make_envs(cfg, count) "
-                             "to build the pretraining worlds' envs (trainer.setup.build_envs)")
-        seeds = [s.pretrain_world_seed + i for i in range(s.pretrain_worlds)]
-        if kw.get("world_seed", 0) in seeds:
-            raise ConfigError("sft.pretrain_world_seed (and the pretrain_worlds after it) must not "
-                              "include env_kwargs.world_seed: pretraining must not see the training "
-                              "world's facts")
+            raise ValueError(f"warm_start with {name} needs make_envs(cfg, count) to build the other "
+                             "worlds' envs (trainer.setup.build_envs)")
+        eps: list[Episode] = []
+        for w in _disjoint_worlds(kw, first, count, name):
+            other = dataclasses.replace(cfg, env_kwargs={**kw, "world_seed": w})
+            eps += play(make_envs(other, len(envs)), tok, world_seed=w, world_entities=kw.get("world_entities"),
+                        count=episodes, **{**common, "strategies": strategies})
+            if s.log_every:
+                print(f"[{name}] world {w}: {len(eps)} transcripts so far", flush=True)
+        return eps
+
+    if s.pretrain_steps > 0:
+        _disjoint_worlds(kw, s.pretrain_world_seed, s.pretrain_worlds, "sft.pretrain_worlds")
         cached = _pretrain_cache_path(cfg) if s.pretrain_cache else None
         if cached is not None and (cached / "model.safetensors").exists():
             from safetensors.torch import load_file
@@ -124,14 +143,8 @@ def warm_start(cfg, model, tok, envs, make_envs: Callable[[object, int], list] |
             out.update(json.loads((cached / "metrics.json").read_text()))
             out["sft/pretrain_cached"] = 1.0
         else:
-            eps: list[Episode] = []
-            for w in seeds:
-                other = dataclasses.replace(cfg, env_kwargs={**kw, "world_seed": w})
-                eps += play(make_envs(other, len(envs)), tok, world_seed=w,
-                                       world_entities=kw.get("world_entities"), count=s.pretrain_episodes,
-                                       **{**common, "strategies": s.pretrain_strategies or s.strategies})
-                if s.log_every:
-                    print(f"[pretrain] world {w}: {len(eps)} transcripts so far", flush=True)
+            eps = other_worlds(s.pretrain_world_seed, s.pretrain_worlds, "sft.pretrain_worlds",
+                               s.pretrain_episodes, s.pretrain_strategies or s.strategies)
             steps = s.pretrain_steps
             res = sft_train(model, eps, steps=steps, lr=s.pretrain_lr or s.lr,
                             batch_size=s.pretrain_batch_size or s.batch_size, seed=cfg.seed, all_tokens=True,
@@ -141,9 +154,10 @@ def warm_start(cfg, model, tok, envs, make_envs: Callable[[object, int], list] |
                 _save_pretrained(model, out, cached)
             out["sft/pretrain_cached"] = 0.0
     if s.steps > 0:
-        eps = play(envs, tok, world_seed=kw.get("world_seed", 0),
-                              world_entities=kw.get("world_entities"), count=s.episodes,
-                              **{**common, "strategies": s.strategies})
+        eps = play(envs, tok, world_seed=kw.get("world_seed", 0), world_entities=kw.get("world_entities"),
+                   count=s.episodes, **{**common, "strategies": s.strategies})
+        if s.worlds:  # policy tokens where memorised facts do not answer: copy from the observations
+            eps += other_worlds(s.pretrain_world_seed, s.worlds, "sft.worlds", s.episodes, s.strategies)
         out.update(sft_train(model, eps, steps=s.steps, lr=s.lr, batch_size=s.batch_size, seed=cfg.seed,
                              log=_log("sft", s.steps, s.log_every)))
     return out

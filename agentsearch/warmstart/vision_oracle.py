@@ -26,7 +26,7 @@ import re
 from agentsearch.envs.tasks.vision_tasks import QUARTERS
 from agentsearch.rollout import Episode, EventLoop, SamplingParams, ScriptedBackend, rollout
 
-__all__ = ["VISION_STRATEGIES", "guess_answer", "crop_region", "vision_oracle_episodes"]
+__all__ = ["VISION_STRATEGIES", "check_vision_strategies", "guess_answer", "crop_region", "vision_oracle_episodes"]
 
 VISION_STRATEGIES = ("look", "crop", "guess")
 _GUESS = {"count": "3", "left_of": "red"}
@@ -70,16 +70,22 @@ def _script(strategy: str, task: dict, rng: random.Random, turn_format: str = "t
     return lambda conversation: next(turns, answer)
 
 
+def check_vision_strategies(shares: dict[str, float]) -> dict[str, float]:
+    """``shares`` validated: names of ``VISION_STRATEGIES``, non-negative, summing to 1."""
+    if not set(shares) <= set(VISION_STRATEGIES) or any(v < 0 for v in shares.values()) \
+            or abs(sum(shares.values()) - 1) > 1e-6:
+        raise ValueError(f"vision strategies must be shares of {'/'.join(VISION_STRATEGIES)}, non-negative, "
+                         f"summing to 1: {shares}")
+    return {k: float(v) for k, v in shares.items()}
+
+
 def vision_oracle_episodes(env_factory, tok, tasks: list[dict], *, strategies: dict[str, float],
                            seed: int = 0, max_turns: int = 2, max_seq_len: int = 1024,
                            turn_format: str = "tags") -> list[Episode]:
     """One scripted episode per task, by an agent (``look``/``crop``/``guess``) drawn by
     ``strategies``; ``info["strategy"]`` says which. ``turn_format``: the env's (``tags``:
     ``<crop> … </crop>``; ``json``: a ``<tool_call>``)."""
-    unknown = set(strategies) - set(VISION_STRATEGIES)
-    if unknown or abs(sum(strategies.values()) - 1) > 1e-6:
-        raise ValueError(f"sft.strategies for vision must be shares of {VISION_STRATEGIES} summing "
-                         f"to 1, got {strategies}")
+    check_vision_strategies(strategies)
     rng = random.Random(seed)
     names, weights = list(strategies), list(strategies.values())
     episodes = []
