@@ -243,6 +243,9 @@ def test_the_report_command_writes_the_tables_for_a_suite(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     pred = {m["method"]: m for m in json.loads(res.stdout.strip().splitlines()[-1])["methods"]}
     assert pred["hdr"]["ratio"] == pytest.approx(0.25) and pred["on_policy_larger"]["to_reference"] == 1.0
+    res = subprocess.run([sys.executable, str(script), "predict", str(suite), "--mean", "0", "--priced-by", str(suite)],
+                         capture_output=True, text=True)  # three runs are too few to fit prices: a clear refusal
+    assert res.returncode != 0 and "too few finished runs" in res.stderr
     hdr = line["methods"]["hdr"]
     # hdr reaches 0.3 at step 4 (on_policy_larger at 8) on a machine 2x slower than the reference: 4/8 x 0.5
     assert hdr["ratio_to_90pct"] == 0.25 and hdr["ratio_to_100pct"] == 0.25 and hdr["reached"] == "1/1"

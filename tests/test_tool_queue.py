@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentsearch.analysis.runs import Run
-from agentsearch.analysis.tool_queue import makespan, predict, queued_points, step_wait
+from agentsearch.analysis.tool_queue import makespan, predict, queued_points, step_compute, step_wait
 
 
 def test_makespan_serves_first_come_first_served():
@@ -50,3 +50,17 @@ def test_queued_points_replace_each_steps_measured_wait():
     assert r["reached"] == "0/1" and r["time_to_target"] is None and r["train_seconds"] == pytest.approx(26.0)
     with pytest.raises(ValueError, match="no on_policy_larger runs"):
         predict([run], 2, 1.0)
+
+
+def test_priced_points_put_compute_on_the_works_prices():
+    """With a price list the clock is work and service only: 2 s a step plus 0.01 s a generated
+    token (100 a step: 1 s), plus the queue's wait (4 s a step at 2 slots, as above)."""
+    run = _run("r-s0", "r", {0: 0.1, 2: 0.3}, 10.0, calls=8, env=1.0)
+    for r in run.records:
+        r["tokens/generated"] = 100
+    price = {"tokens/generated": 0.01, "step": 2.0}
+    assert step_compute(run.records[0], price) == pytest.approx(3.0)
+    pts = queued_points(run, 2, 1.0, random.Random(0), sigma=0.0, price=price)
+    assert pts == [(0.0, 0.1, 0), (pytest.approx(2 * (3.0 + 4.0)), 0.3, 2)]
+    # a free service leaves the priced compute alone: 3 s a step, whatever the measured seconds
+    assert queued_points(run, 0, 0.0, random.Random(0), price=price)[-1][0] == pytest.approx(6.0)

@@ -15,7 +15,7 @@ import statistics
 from agentsearch.analysis.runs import Run
 from agentsearch.envs.tools.latency import ToolService, lognormal_s
 
-__all__ = ["makespan", "step_wait", "queued_points", "predict"]
+__all__ = ["makespan", "step_wait", "step_compute", "queued_points", "predict"]
 
 
 def makespan(durations: list[float], slots: int) -> float:
@@ -39,29 +39,42 @@ def step_wait(calls: float, turns: int, slots: int, mean_s: float, rng: random.R
                for _ in range(searching))
 
 
-def queued_points(run: Run, slots: int, mean_s: float, rng: random.Random,
-                  sigma: float = 0.5) -> list[tuple[float, float, int]]:
+def step_compute(record: dict, price: dict[str, float]) -> float:
+    """A step's compute seconds as its work prices them: ``price`` (``hard_world.work_model``'s)
+    per token of each of its keys but ``step``, plus ``price["step"]``."""
+    return price["step"] + sum(p * float(record.get(k) or 0.0) for k, p in price.items() if k != "step")
+
+
+def queued_points(run: Run, slots: int, mean_s: float, rng: random.Random, sigma: float = 0.5,
+                  price: dict[str, float] | None = None) -> list[tuple[float, float, int]]:
     """The run's evaluation points (seconds, value, step) with every step's ``time/env``
-    replaced by ``step_wait`` of its ``rollout/tool_calls`` and ``rollout/generate_calls``."""
+    replaced by ``step_wait`` of its ``rollout/tool_calls`` and ``rollout/generate_calls``.
+    With ``price``, every step's compute is ``step_compute`` too: a clock that no machine's
+    speed or load enters, only the run's work and the service."""
     steps = {r["step"]: r for r in run.records if isinstance(r.get("step"), int) and r["step"] > 0}
-    delta, shift = {}, 0.0
+    delta, shift, clock, priced = {}, 0.0, 0.0, {0: 0.0}
     for s in sorted(steps):
         r = steps[s]
         wait = step_wait(float(r.get("rollout/tool_calls", 0)), int(r.get("rollout/generate_calls", 1)),
                          slots, mean_s, rng, sigma)
         shift += wait - float(r.get("time/env") or 0.0)
         delta[s] = shift
+        clock += wait + (step_compute(r, price) if price else 0.0)
+        priced[s] = clock
+    if price:
+        return [(priced.get(step, clock), q, step) for _, q, step in run.points]
     return [(t + delta.get(step, 0.0), q, step) for t, q, step in run.points]
 
 
 def predict(runs: list[Run], slots: int, mean_s: float, target_method: str = "on_policy_larger",
-            share: float = 0.9, seed: int = 0, sigma: float = 0.5) -> dict:
+            share: float = 0.9, seed: int = 0, sigma: float = 0.5, price: dict[str, float] | None = None) -> dict:
     """Per method, under a service of ``slots`` x ``mean_s``: the mean time to ``share`` of
     ``target_method``'s mean final score, its ratio to ``target_method``'s mean training time
     (as the report's "ratio") and to its mean time to that target, and its mean training time.
-    ``runs``: loaded, their seconds already on one clock."""
+    ``runs``: loaded, their seconds already on one clock; with ``price``, compute priced by
+    work (``queued_points``)."""
     rng = random.Random(seed)
-    points = {r.name: queued_points(r, slots, mean_s, rng, sigma) for r in runs if r.points}
+    points = {r.name: queued_points(r, slots, mean_s, rng, sigma, price) for r in runs if r.points}
     ref = [r for r in runs if r.label == target_method and r.points]
     if not ref:
         raise ValueError(f"predict: no {target_method} runs with evaluations: no target")

@@ -50,6 +50,8 @@ is skipped).
 wait replaced by what a search service of K slots (0: unlimited) and M seconds a call would
 give its calls (``analysis.tool_queue``; a seeded run learns the same at any latency), as one
 JSON line of times to the target and ratios: a latency suite's prediction before it runs.
+``--priced-by SUITE``: each step's compute seconds too are priced by its work (the load
+check's ``work_model``, fitted over SUITE's runs), so no machine's speed enters the times.
 
 ``archive`` / ``restore``: a grid larger than one session goes on in the next from the
 repository. ``archive SUITE...`` copies every finished, final-evaluated run's ``config.yaml``,
@@ -259,12 +261,21 @@ def predict(a) -> int:
     """The suite's finished runs replayed under a search service of ``--concurrency`` slots and
     ``--mean`` seconds a call (``analysis.tool_queue``): one JSON line of per-method times to
     the target (90% of on_policy_larger's final) and ratios."""
+    from agentsearch.analysis.hard_world import work_model
     from agentsearch.analysis.pareto import analyse
     from agentsearch.analysis.tool_queue import predict as predict_on
 
-    runs, _ = _finished_runs(Path(a.suite))
-    result = analyse(runs, label_by="dir", time_scale=_reference_clock(Path(a.suite)))
-    print(json.dumps({"suite": a.suite, **predict_on(result["_runs"], a.concurrency, a.mean, seed=a.seed)}))
+    def loaded(suite: Path) -> list:
+        return analyse(_finished_runs(suite)[0], label_by="dir", time_scale=_reference_clock(suite))["_runs"]
+
+    price = None
+    if a.priced_by:  # one price list, fitted over a suite's runs on the reference clock
+        model = work_model(loaded(Path(a.priced_by)))
+        if model is None:
+            raise SystemExit(f"predict: too few finished runs in {a.priced_by} to fit the work model")
+        price = model["price"]
+    out = predict_on(loaded(Path(a.suite)), a.concurrency, a.mean, seed=a.seed, price=price)
+    print(json.dumps({"suite": a.suite, "priced_by": a.priced_by, "price": price, **out}))
     return 0
 
 
@@ -349,6 +360,7 @@ def main() -> int:
     q.add_argument("--concurrency", type=int, default=0, help="the service's slots (0: unlimited)")
     q.add_argument("--mean", type=float, required=True, help="mean seconds a search call takes")
     q.add_argument("--seed", type=int, default=0, help="seed of the latency draws")
+    q.add_argument("--priced-by", default=None, help="price compute by work, the prices fitted over this suite")
     r = sub.add_parser("restore")
     r.add_argument("--source", default=str(ARCHIVE))
     r.add_argument("--out", default="runs/hard_world")
