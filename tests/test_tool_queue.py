@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from agentsearch.analysis.runs import Run
-from agentsearch.analysis.tool_queue import makespan, predict, queued_points, step_compute, step_wait
+from agentsearch.analysis.tool_queue import (
+    makespan,
+    predict,
+    queued_points,
+    step_compute,
+    step_wait,
+)
 
 
 def test_makespan_serves_first_come_first_served():
