@@ -4,6 +4,7 @@
 
     python scripts/build_base.py                       # -> agentsearch/data/assets/tiny-base
     python scripts/build_base.py --base tiny-chain-base   # -> agentsearch/data/assets/tiny-chain-base
+    python scripts/build_base.py --base tiny-chain-base-worlds   # the hard world's, trained across worlds
     python scripts/build_base.py --base tiny-math-base    # -> agentsearch/data/assets/tiny-math-base
     python scripts/build_base.py --out /tmp/b sft.steps=100   # an experiment elsewhere
 

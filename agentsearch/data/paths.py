@@ -30,6 +30,8 @@ CHAT_TEMPLATE = ASSETS / "chatml_tools.jinja"
 BASE_DIR = ASSETS / "tiny-base"
 """The shipped base model (``scripts/build_base.py`` writes it; ``models.load_base`` reads it)."""
 BASE_DIRS = {"tiny-base": BASE_DIR, "tiny-chain-base": ASSETS / "tiny-chain-base",
-             "tiny-math-base": ASSETS / "tiny-math-base"}
+             "tiny-chain-base-worlds": ASSETS / "tiny-chain-base-worlds", "tiny-math-base": ASSETS / "tiny-math-base"}
 """Every shipped base by name: ``tiny-base`` (the demo world), ``tiny-chain-base`` (the hard
-world of k-hop chain questions) and ``tiny-math-base`` (math word problems with a calculator)."""
+world of k-hop chain questions), ``tiny-chain-base-worlds`` (the same, trained across worlds so
+that it copies names on worlds it never saw) and ``tiny-math-base`` (math word problems with a
+calculator)."""

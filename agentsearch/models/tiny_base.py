@@ -23,9 +23,10 @@ __all__ = ["BASE_DIR", "BASE_DIRS", "BASE_RECIPE", "BASE_RECIPES", "REBUILD_HINT
 
 BASE_RECIPE = "base-tiny"
 """The preset (``agentsearch/configs/base-tiny.yaml``) that ``scripts/build_base.py`` builds."""
-BASE_RECIPES = {"tiny-base": BASE_RECIPE, "tiny-chain-base": "base-chains", "tiny-math-base": "base-math"}
+BASE_RECIPES = {"tiny-base": BASE_RECIPE, "tiny-chain-base": "base-chains",
+                "tiny-chain-base-worlds": "base-chains-worlds", "tiny-math-base": "base-math"}
 """The recipe preset of every shipped base (``data.paths.BASE_DIRS`` says where it lives)."""
-REBUILD_HINT = ("rebuild it with: python scripts/build_base.py [--base tiny-chain-base|tiny-math-base] "
+REBUILD_HINT = ("rebuild it with: python scripts/build_base.py [--base tiny-chain-base|tiny-chain-base-worlds|tiny-math-base] "
                 "(10-40 minutes on 2 CPU cores)")
 
 

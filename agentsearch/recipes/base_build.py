@@ -1,7 +1,8 @@
 """Building the shipped bases (``scripts/build_base.py`` calls ``build``).
 
 Each base has a recipe preset (``tiny_base.BASE_RECIPES``: ``tiny-base`` from
-``configs/base-tiny.yaml``, ``tiny-chain-base`` from ``configs/base-chains.yaml``,
+``configs/base-tiny.yaml``, ``tiny-chain-base`` from ``configs/base-chains.yaml``
+(``tiny-chain-base-worlds`` from ``configs/base-chains-worlds.yaml``),
 ``tiny-math-base`` from ``configs/base-math.yaml``); ``build``
 runs its warm start from the seeded random ``tiny`` model (deterministic on CPU for a given
 torch), evaluates it on the recipe's dev questions, and writes the model folder with
@@ -61,6 +62,7 @@ def code_fingerprint(base: str = "tiny-base") -> str:
 
     modules = {"tiny-base": (world, search_oracle, sft, optim),
                "tiny-chain-base": (world, chains, search_oracle, chain_oracle, sft, optim),
+               "tiny-chain-base-worlds": (world, chains, search_oracle, chain_oracle, sft, optim),
                "tiny-math-base": (math_tasks, sandbox, math_oracle, sft, optim)}[base]
     h = hashlib.sha256()
     for module in modules:

@@ -190,8 +190,8 @@ class TrainConfig:
     # --- model
     model: str = "tiny"
     """``tiny``/``tiny-s``/``small`` (built from a config; ``tiny+worlds``: with the tokenizer
-    trained on other worlds than the training one), a shipped base (``tiny-base``,
-    ``tiny-chain-base``, ``tiny-math-base``), ``smollm2``, or a path."""
+    trained on other worlds than the training one), a shipped base (``data.paths.BASE_DIRS``),
+    ``smollm2``, or a path."""
     init_from: str | None = None
     """Load weights from this folder (e.g. a previous run's ``final``) instead of ``model``."""
     lora: LoraSettings = field(default_factory=LoraSettings)
