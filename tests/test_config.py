@@ -120,3 +120,15 @@ def test_overlong_shaping_measures_a_policy_token_budget():
     cfg = _train("max_response_tokens=50", "overlong_buffer=50", "overlong_penalty=0.5")
     assert cfg.overlong_shaping() == (50, 50, 0.5)
     assert _train().overlong_shaping() is None                                    # off by default
+
+
+def test_a_preset_extends_another(tmp_path):
+    """``extends: OTHER``: OTHER's settings with the preset's own merged on top, nested sections
+    key by key; a cycle is a clear error."""
+    (tmp_path / "a.yaml").write_text("steps: 3\nreplay:\n  tau: 0.5\n  kind: naive\n")
+    (tmp_path / "b.yaml").write_text(f"extends: {tmp_path / 'a.yaml'}\nreplay:\n  tau: 0.25\n")
+    cfg = apply_overrides(Outer, str(tmp_path / "b.yaml"), [])
+    assert cfg.steps == 3 and cfg.replay.tau == 0.25 and cfg.replay.kind == "naive"
+    (tmp_path / "a.yaml").write_text(f"extends: {tmp_path / 'b.yaml'}\n")
+    with pytest.raises(ConfigError, match="cycle"):
+        apply_overrides(Outer, str(tmp_path / "b.yaml"), [])

@@ -221,15 +221,18 @@ def _merge(base: dict, extra: dict) -> dict:
     return out
 
 
-def load_preset(name_or_path: str) -> dict:
-    """A preset by name (``agentsearch/configs/NAME.yaml``) or a YAML file path."""
+def load_preset(name_or_path: str, _seen: tuple[str, ...] = ()) -> dict:
+    """A preset by name (``agentsearch/configs/NAME.yaml``) or a YAML file path. A preset with
+    ``extends: OTHER`` is OTHER's settings with its own merged on top."""
+    if name_or_path in _seen:
+        raise ConfigError(f"presets extend each other in a cycle: {' -> '.join((*_seen, name_or_path))}")
     p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") and p.exists():
-        return yaml.safe_load(p.read_text()) or {}
-    for d in PRESET_DIRS:
-        f = d / f"{name_or_path}.yaml"
-        if f.exists():
-            return yaml.safe_load(f.read_text()) or {}
+    found = p if p.suffix in (".yaml", ".yml") and p.exists() else next(
+        (f for f in (d / f"{name_or_path}.yaml" for d in PRESET_DIRS) if f.exists()), None)
+    if found is not None:
+        data = yaml.safe_load(found.read_text()) or {}
+        parent = data.pop("extends", None)
+        return _merge(load_preset(parent, (*_seen, name_or_path)), data) if parent else data
     known = sorted({f.stem for d in PRESET_DIRS if d.exists() for f in d.glob("*.yaml")})
     raise ConfigError(f"unknown preset {name_or_path!r}; known presets: {known} "
                       "(or pass a path to a .yaml file)")
