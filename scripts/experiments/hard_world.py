@@ -2,6 +2,7 @@
 
     python scripts/experiments/hard_world.py pilot                      # -> runs/hard_world/pilot
     python scripts/experiments/hard_world.py pilot --name pilot2 --lrs 3e-4 1e-4 --eval-n 4 --eval-temperature 1
+    python scripts/experiments/hard_world.py pilot --out runs/hard_world/worlds model=tiny-chain-base-worlds
     python scripts/experiments/hard_world.py compare --steps 200 --lr 3e-4 --latency lognormal:0.2
     python scripts/experiments/hard_world.py finals runs/hard_world/lat-0.2
     python scripts/experiments/hard_world.py report runs/hard_world/lat-0.2 [more suite folders]
@@ -103,7 +104,7 @@ def pilot(a) -> int:
     out = Path(a.out) / a.name
     runs = {lr: out / f"on_policy-lr{lr}" for lr in a.lrs}
     common = ["replay.kind=none", f"steps={PILOT_STEPS}", "eval.every=20", "seed=0", "threads=1", "tensorboard=false",
-              f"eval.n={a.eval_n}", f"eval.temperature={a.eval_temperature}"]
+              f"eval.n={a.eval_n}", f"eval.temperature={a.eval_temperature}", *a.overrides]
     if not a.verdict_only:
         run_parallel(lambda lr: train_run(runs[lr], PRESET, [*common, f"lr={lr}"], threads=1), list(a.lrs),
                      a.parallel)
@@ -334,6 +335,7 @@ def main() -> int:
     p.add_argument("--eval-temperature", type=float, default=0.0)
     p.add_argument("--parallel", type=int, default=2)
     p.add_argument("--verdict-only", action="store_true", help="apply the rule to the runs as they are; train nothing")
+    p.add_argument("overrides", nargs="*", help="key=value for every pilot run (e.g. model=tiny-chain-base-worlds)")
     c = sub.add_parser("compare")
     c.add_argument("--out", default="runs/hard_world")
     c.add_argument("--steps", type=int, required=True, help="the budget the pilot chose")
