@@ -52,18 +52,16 @@ def queued_points(run: Run, slots: int, mean_s: float, rng: random.Random, sigma
     With ``price``, every step's compute is ``step_compute`` too: a clock that no machine's
     speed or load enters, only the run's work and the service."""
     steps = {r["step"]: r for r in run.records if isinstance(r.get("step"), int) and r["step"] > 0}
-    delta, shift, clock, priced = {}, 0.0, 0.0, {0: 0.0}
+    # without a price: the shift of the measured clock (each step's wait swapped in); with one:
+    # the whole clock (priced compute plus wait)
+    clock, at = 0.0, {}
     for s in sorted(steps):
         r = steps[s]
         wait = step_wait(float(r.get("rollout/tool_calls", 0)), int(r.get("rollout/generate_calls", 1)),
                          slots, mean_s, rng, sigma)
-        shift += wait - float(r.get("time/env") or 0.0)
-        delta[s] = shift
-        clock += wait + (step_compute(r, price) if price else 0.0)
-        priced[s] = clock
-    if price:
-        return [(priced.get(step, clock), q, step) for _, q, step in run.points]
-    return [(t + delta.get(step, 0.0), q, step) for t, q, step in run.points]
+        clock += wait + (step_compute(r, price) if price else -float(r.get("time/env") or 0.0))
+        at[s] = clock
+    return [((0.0 if price else t) + at.get(step, 0.0), q, step) for t, q, step in run.points]
 
 
 def predict(runs: list[Run], slots: int, mean_s: float, target_method: str = "on_policy_larger",

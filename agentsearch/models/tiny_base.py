@@ -26,7 +26,7 @@ BASE_RECIPE = "base-tiny"
 BASE_RECIPES = {"tiny-base": BASE_RECIPE, "tiny-chain-base": "base-chains",
                 "tiny-chain-base-worlds": "base-chains-worlds", "tiny-math-base": "base-math"}
 """The recipe preset of every shipped base (``data.paths.BASE_DIRS`` says where it lives)."""
-REBUILD_HINT = ("rebuild it with: python scripts/build_base.py [--base tiny-chain-base|tiny-chain-base-worlds|tiny-math-base] "
+REBUILD_HINT = (f"rebuild it with: python scripts/build_base.py [--base {'|'.join(b for b in BASE_RECIPES if b != 'tiny-base')}] "
                 "(10-40 minutes on 2 CPU cores)")
 
 

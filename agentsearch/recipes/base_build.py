@@ -60,10 +60,9 @@ def code_fingerprint(base: str = "tiny-base") -> str:
     from agentsearch.envs.tools import sandbox
     from agentsearch.warmstart import chain_oracle, math_oracle, search_oracle, sft
 
-    modules = {"tiny-base": (world, search_oracle, sft, optim),
-               "tiny-chain-base": (world, chains, search_oracle, chain_oracle, sft, optim),
-               "tiny-chain-base-worlds": (world, chains, search_oracle, chain_oracle, sft, optim),
-               "tiny-math-base": (math_tasks, sandbox, math_oracle, sft, optim)}[base]
+    chain_code = (world, chains, search_oracle, chain_oracle, sft, optim)
+    modules = {"tiny-base": (world, search_oracle, sft, optim), "tiny-chain-base": chain_code,
+               "tiny-chain-base-worlds": chain_code, "tiny-math-base": (math_tasks, sandbox, math_oracle, sft, optim)}[base]
     h = hashlib.sha256()
     for module in modules:
         h.update(inspect.getsource(module).encode())

@@ -69,7 +69,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 
 from suite_archive import (  # this script's folder is on sys.path
@@ -266,6 +266,7 @@ def predict(a) -> int:
     from agentsearch.analysis.pareto import analyse
     from agentsearch.analysis.tool_queue import predict as predict_on
 
+    @cache  # --priced-by the suite itself: analysed once
     def loaded(suite: Path) -> list:
         return analyse(_finished_runs(suite)[0], label_by="dir", time_scale=_reference_clock(suite))["_runs"]
 
