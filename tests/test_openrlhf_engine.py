@@ -93,13 +93,17 @@ def test_hdr_experience_maker_on_real_experiences(rig, tmp_path):
     args = openrlhf_args(BASE_DIR, batch=fresh_prompts + k_rep, n=n)   # rollout.batch_size = slots
     actor = fp32_actor(BASE_DIR)
     maker = make_hdr_maker(actor, rig.tok, args, k_rep=k_rep, tau=math.inf, capacity=16)
-    rows0 = to_experiences(_play(rig, rig.tasks[:fresh_prompts], n))
-    exps0 = maker.make_experience_batch(rows0)                 # step 0: empty buffer, two padded slots
-    assert sum(len(e.index) for e in exps0) == (fresh_prompts + k_rep) * n
-    pads = [e for e in exps0 if min(e.index) >= fresh_prompts * n]
-    assert pads and all(not e.action_mask.any() and not e.advantages.any() for e in pads)
-    assert maker.metrics["replay/padding_rows"] == k_rep * n and maker.n_fresh == fresh_prompts * n
-    assert len(maker.replay) > 0, "no mixed-outcome group at step 0"
+    start = 0
+    while not len(maker.replay) and start < 4 * fresh_prompts:  # sampled outcomes: play on until a group is mixed
+        rows0 = to_experiences(_play(rig, rig.tasks[start:start + fresh_prompts], n))
+        start += fresh_prompts
+        exps0 = maker.make_experience_batch(rows0)             # empty buffer: two padded slots
+        assert sum(len(e.index) for e in exps0) == (fresh_prompts + k_rep) * n
+        pads = [e for e in exps0 if min(e.index) >= fresh_prompts * n]
+        assert pads and all(not e.action_mask.any() and not e.advantages.any() for e in pads)
+        assert maker.metrics["replay/padding_rows"] == k_rep * n and maker.n_fresh == fresh_prompts * n
+    assert len(maker.replay) > 0, "no mixed-outcome group stored"
+    steps0 = maker.step
     k = maker.scan()                                           # step 1 (make_experience_batch would scan)
     assert 1 <= k <= k_rep and maker.metrics["replay/accepted"] == k
     assert "time/replay_scan" in maker.metrics
@@ -114,7 +118,7 @@ def test_hdr_experience_maker_on_real_experiences(rig, tmp_path):
     stored = [r.action_log_probs.clone() for key in maker.pending for r in maker.rows[key]]
     stored_adv = torch.cat([groups[key].advantages for key in maker.pending])
     # the fresh count does not depend on k: prompts_per_step fresh prompts, as the local loop
-    fresh = to_experiences(_play(rig, rig.tasks[fresh_prompts:2 * fresh_prompts], n))
+    fresh = to_experiences(_play(rig, rig.tasks[start:start + fresh_prompts], n))
     exps = maker.make_experience_batch(fresh)
     # fresh + replayed + padding = the step's slots, through OpenRLHF's batching and advantages
     assert sum(len(e.index) for e in exps) == (fresh_prompts + k_rep) * n
@@ -136,7 +140,7 @@ def test_hdr_experience_maker_on_real_experiences(rig, tmp_path):
     again = make_hdr_maker(actor, rig.tok, args, k_rep=k_rep, tau=math.inf, capacity=16)
     again.load_state_dict(torch.load(tmp_path / "replay.pt", weights_only=False))
     assert [g.prompt_id for g in again.replay.groups] == [g.prompt_id for g in maker.replay.groups]
-    assert again.step == maker.step == 2 and set(again.rows) == set(maker.rows)
+    assert again.step == maker.step == steps0 + 1 and set(again.rows) == set(maker.rows)
 
 
 def test_hdr_gate_accepts_some_groups_and_rejects_others(rig):
@@ -150,9 +154,12 @@ def test_hdr_gate_accepts_some_groups_and_rejects_others(rig):
 
     args = openrlhf_args(BASE_DIR, batch=10 + 8, n=4)
     actor = fp32_actor(BASE_DIR)
-    maker = make_hdr_maker(actor, rig.tok, args, k_rep=8, tau=1e-3, capacity=32)
-    maker.make_experience_batch(to_experiences(_play(rig, rig.tasks[10:20], 4)))
-    stored = len(maker.replay)
+    for start in range(10, 50, 10):  # sampled outcomes: a fresh maker on more tasks until two groups are mixed
+        maker = make_hdr_maker(actor, rig.tok, args, k_rep=8, tau=1e-3, capacity=32)
+        maker.make_experience_batch(to_experiences(_play(rig, rig.tasks[start:start + 10], 4)))
+        stored = len(maker.replay)
+        if stored >= 2:
+            break
     assert stored >= 2, "the test needs two stored groups"
     # rewrite half the stored groups' behaviour logprobs: their drift is now far above tau
     moved = [g.prompt_id for g in maker.replay.groups][: stored // 2]
