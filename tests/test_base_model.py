@@ -11,7 +11,7 @@ from agentsearch.core.config import ConfigError
 from agentsearch.data.paths import BASE_DIRS
 from agentsearch.models import load_base
 from agentsearch.models.tiny_base import BASE_DIR, BASE_RECIPES, check_base
-from agentsearch.recipes.base_build import code_fingerprint, recipe
+from agentsearch.recipes.base_build import code_fingerprint, recipe_changes
 
 
 def _build(base: str = "tiny-base") -> dict:
@@ -21,13 +21,26 @@ def _build(base: str = "tiny-base") -> dict:
 @pytest.mark.parametrize("base", sorted(BASE_RECIPES))
 def test_shipped_base_matches_the_recipe_and_the_code_that_builds_it(base):
     build = _build(base)
-    assert build["recipe"] == recipe(base=base), (
+    assert not recipe_changes(build["recipe"], base), (
         f"agentsearch/configs/{BASE_RECIPES[base]}.yaml (or TrainConfig's defaults) changed since the shipped "
-        f"{base} was built: run scripts/build_base.py --base {base}")
+        f"{base} was built ({recipe_changes(build['recipe'], base)}): run scripts/build_base.py --base {base}")
     assert build["code_sha256"] == code_fingerprint(base), (
         "the world, the oracle population, the SFT loop, its optimizer schedule or the tokenizer "
         f"changed since the shipped {base} was built: run scripts/build_base.py --base {base}")
     assert build["overrides"] == [] and build["preset"] == BASE_RECIPES[base]
+
+
+def test_recipe_changes_ignore_a_new_field_at_its_default_and_name_every_real_change():
+    recorded = json.loads(json.dumps(_build("tiny-chain-base")["recipe"]))
+    assert recipe_changes(recorded, "tiny-chain-base") == []
+    del recorded["sft"]["worlds"]                      # a field added after the build, at its default (0)
+    assert recipe_changes(recorded, "tiny-chain-base") == []
+    recorded["sft"]["steps"] += 1                      # a value the build used differs
+    recorded["sft"]["gone"] = 1                        # a field the code no longer has
+    assert recipe_changes(recorded, "tiny-chain-base") == ["sft.gone", "sft.steps"]
+    recorded = _build("tiny-chain-base-worlds")["recipe"]
+    del recorded["sft"]["worlds"]                      # a new field away from its default is a change
+    assert recipe_changes(recorded, "tiny-chain-base-worlds") == ["sft.worlds"]
 
 
 def test_missing_corrupt_or_foreign_assets_are_clear_errors(tmp_path):

@@ -6,8 +6,9 @@ Each base has a recipe preset (``tiny_base.BASE_RECIPES``: ``tiny-base`` from
 ``tiny-math-base`` from ``configs/base-math.yaml``); ``build``
 runs its warm start from the seeded random ``tiny`` model (deterministic on CPU for a given
 torch), evaluates it on the recipe's dev questions, and writes the model folder with
-``build.json``. ``recipe(base=)`` and ``code_fingerprint(base)`` are what a test compares with
-the shipped ``build.json``: when they differ, the shipped base is not what this code would build.
+``build.json``. ``recipe_changes(recorded, base)`` and ``code_fingerprint(base)`` are what a test
+compares with the shipped ``build.json``: when they differ, the shipped base is not what this code
+would build.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 from agentsearch.data.paths import BASE_DIRS
 from agentsearch.models.tiny_base import BASE_RECIPES, tokenizer_fingerprint
 
-__all__ = ["recipe", "code_fingerprint", "build"]
+__all__ = ["recipe", "recipe_changes", "code_fingerprint", "build"]
 
 
 def _config(overrides: list[str] | None = None, base: str = "tiny-base"):
@@ -44,6 +45,31 @@ def recipe(overrides: list[str] | None = None, base: str = "tiny-base") -> dict:
     """The resolved recipe's ``BUILD_KEYS`` as a plain dict (what ``build.json`` records)."""
     full = json.loads(json.dumps(dataclasses.asdict(_config(overrides, base)), default=str))
     return {k: full[k] for k in BUILD_KEYS}
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    """{"sft": {"steps": 3}} -> {"sft.steps": 3}: nested sections as dotted keys."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def recipe_changes(recorded: dict, base: str = "tiny-base") -> list[str]:
+    """The dotted keys where the recipe ``recorded`` in a ``build.json`` and today's resolved
+    recipe differ: ``[]`` when this code builds what was recorded. A field added after the
+    build is no change while it sits at its default (the default reproduces the old
+    behaviour, which is what a backward-compatible field means)."""
+    from agentsearch.trainer.train_config import TrainConfig
+
+    now, was = _flat(recipe(base=base)), _flat(recorded)
+    default = _flat(json.loads(json.dumps(dataclasses.asdict(TrainConfig()), default=str)))
+    missing = object()
+    return sorted(k for k in now.keys() | was.keys()  # a field new since the build counts at its default
+                  if was.get(k, default.get(k, missing)) != now.get(k, missing))
 
 
 def code_fingerprint(base: str = "tiny-base") -> str:
