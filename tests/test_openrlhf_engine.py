@@ -55,6 +55,21 @@ def _play(rig, tasks, n):
     return rig.run(play(rig.engine, tasks, n, env_kwargs=ENV_KWARGS, tokenizer=rig.tok))
 
 
+def _feed_until_stored(rig, maker, size: int, n: int, start: int = 0, tries: int = 4):
+    """Sampled outcomes: feed ``maker`` windows of ``size`` tasks (``n`` samples each) from
+    ``start`` until a group with mixed outcomes is stored; returns the last batch's
+    experiences and the next window's start."""
+    from agentsearch.engines.openrlhf.smoke import to_experiences
+
+    for _ in range(tries):
+        exps = maker.make_experience_batch(to_experiences(_play(rig, rig.tasks[start:start + size], n)))
+        start += size
+        if len(maker.replay):
+            break
+    assert len(maker.replay) > 0, "no mixed-outcome group stored"
+    return exps, start
+
+
 def test_openrlhf_rollout_masks_every_env_token_and_matches_our_rollout(rig):
     from agentsearch.engines.openrlhf.smoke import replay_episode, to_experiences
 
@@ -93,16 +108,11 @@ def test_hdr_experience_maker_on_real_experiences(rig, tmp_path):
     args = openrlhf_args(BASE_DIR, batch=fresh_prompts + k_rep, n=n)   # rollout.batch_size = slots
     actor = fp32_actor(BASE_DIR)
     maker = make_hdr_maker(actor, rig.tok, args, k_rep=k_rep, tau=math.inf, capacity=16)
-    start = 0
-    while not len(maker.replay) and start < 4 * fresh_prompts:  # sampled outcomes: play on until a group is mixed
-        rows0 = to_experiences(_play(rig, rig.tasks[start:start + fresh_prompts], n))
-        start += fresh_prompts
-        exps0 = maker.make_experience_batch(rows0)             # empty buffer: two padded slots
-        assert sum(len(e.index) for e in exps0) == (fresh_prompts + k_rep) * n
-        pads = [e for e in exps0 if min(e.index) >= fresh_prompts * n]
-        assert pads and all(not e.action_mask.any() and not e.advantages.any() for e in pads)
-        assert maker.metrics["replay/padding_rows"] == k_rep * n and maker.n_fresh == fresh_prompts * n
-    assert len(maker.replay) > 0, "no mixed-outcome group stored"
+    exps0, start = _feed_until_stored(rig, maker, fresh_prompts, n)   # an empty buffer until then: two padded slots
+    assert sum(len(e.index) for e in exps0) == (fresh_prompts + k_rep) * n
+    pads = [e for e in exps0 if min(e.index) >= fresh_prompts * n]
+    assert pads and all(not e.action_mask.any() and not e.advantages.any() for e in pads)
+    assert maker.metrics["replay/padding_rows"] == k_rep * n and maker.n_fresh == fresh_prompts * n
     steps0 = maker.step
     k = maker.scan()                                           # step 1 (make_experience_batch would scan)
     assert 1 <= k <= k_rep and maker.metrics["replay/accepted"] == k
@@ -191,11 +201,8 @@ def test_hdr_scan_on_eight_data_ranks_with_one_group(rig):
         group.async_run_method_batch("forward", sequences=[rows[0].sequences], action_mask=[rows[0].action_mask],
                                      attention_mask=[rows[0].attention_mask])
     maker.make_experience_batch(rows)
-    for start in range(2, 12, 2):  # sampled outcomes: play more tasks until a group is mixed (and stored)
-        if len(maker.replay):
-            break
-        maker.make_experience_batch(to_experiences(_play(rig, rig.tasks[start:start + 2], 5)))
-    assert len(maker.replay) > 0, "no mixed-outcome group stored"
+    if not len(maker.replay):
+        _feed_until_stored(rig, maker, 2, 5, start=2, tries=5)
     g = maker.replay.groups[0]
     group.calls.clear()
     (lp,) = maker.score_fn([g])                                  # 5 rows over 8 ranks
