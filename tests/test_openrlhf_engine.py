@@ -57,17 +57,18 @@ def _play(rig, tasks, n):
 
 def _feed_until_stored(rig, maker, size: int, n: int, start: int = 0, tries: int = 4):
     """Sampled outcomes: feed ``maker`` windows of ``size`` tasks (``n`` samples each) from
-    ``start`` until a group with mixed outcomes is stored; returns the last batch's
-    experiences and the next window's start."""
+    ``start`` until a group with mixed outcomes is stored; returns every batch's experiences
+    (each made on an empty buffer) and the next window's start."""
     from agentsearch.engines.openrlhf.smoke import to_experiences
 
+    batches = []
     for _ in range(tries):
-        exps = maker.make_experience_batch(to_experiences(_play(rig, rig.tasks[start:start + size], n)))
+        batches.append(maker.make_experience_batch(to_experiences(_play(rig, rig.tasks[start:start + size], n))))
         start += size
         if len(maker.replay):
             break
     assert len(maker.replay) > 0, "no mixed-outcome group stored"
-    return exps, start
+    return batches, start
 
 
 def test_openrlhf_rollout_masks_every_env_token_and_matches_our_rollout(rig):
@@ -108,10 +109,11 @@ def test_hdr_experience_maker_on_real_experiences(rig, tmp_path):
     args = openrlhf_args(BASE_DIR, batch=fresh_prompts + k_rep, n=n)   # rollout.batch_size = slots
     actor = fp32_actor(BASE_DIR)
     maker = make_hdr_maker(actor, rig.tok, args, k_rep=k_rep, tau=math.inf, capacity=16)
-    exps0, start = _feed_until_stored(rig, maker, fresh_prompts, n)   # an empty buffer until then: two padded slots
-    assert sum(len(e.index) for e in exps0) == (fresh_prompts + k_rep) * n
-    pads = [e for e in exps0 if min(e.index) >= fresh_prompts * n]
-    assert pads and all(not e.action_mask.any() and not e.advantages.any() for e in pads)
+    batches0, start = _feed_until_stored(rig, maker, fresh_prompts, n)
+    for exps0 in batches0:                                     # each on an empty buffer: two padded slots
+        assert sum(len(e.index) for e in exps0) == (fresh_prompts + k_rep) * n
+        pads = [e for e in exps0 if min(e.index) >= fresh_prompts * n]
+        assert pads and all(not e.action_mask.any() and not e.advantages.any() for e in pads)
     assert maker.metrics["replay/padding_rows"] == k_rep * n and maker.n_fresh == fresh_prompts * n
     steps0 = maker.step
     k = maker.scan()                                           # step 1 (make_experience_batch would scan)
