@@ -16,6 +16,7 @@ from agentsearch.analysis.hard_world import (
     calibration_factor,
     costs_to,
     method_table,
+    nonnegative_lstsq,
     pace,
     pilot_rule,
     work_model,
@@ -130,6 +131,21 @@ def test_the_work_model_prices_tokens_and_flags_the_run_its_work_does_not_explai
     assert rows["m1-s9"]["slowed"] and rows["m1-s9"]["work_ratio"] > 1.2 and rows["m1-s9"]["ratio"] < 1.0
     assert not any(r["slowed"] for name, r in rows.items() if name != "m1-s9")
     assert work_model(result["_runs"][:7]) is None  # fewer than twice as many runs as prices
+
+
+def test_nonnegative_least_squares_against_hand_worked_numbers_and_its_optimality_conditions():
+    import numpy as np
+
+    x, y = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]), np.array([2.0, -1.0, 1.0])
+    # free least squares: (2, -1); with the second price held at 0 the first is (2 + 1) / 2
+    assert nonnegative_lstsq(x, y).tolist() == pytest.approx([1.5, 0.0])
+    rng = np.random.default_rng(0)
+    x = rng.random((12, 4)) + np.outer(rng.random(12), [1.0, 1.0, 1.0, 0.0])  # nearly collinear columns
+    y = x @ np.array([2.0, 0.5, -0.3, 1.0]) + 0.01 * rng.standard_normal(12)
+    p = nonnegative_lstsq(x, y)
+    grad = x.T @ (x @ p - y)  # [4]: >= 0 where a price is held at 0, 0 where it is free
+    assert np.all(p >= 0) and p[2] == 0.0
+    assert np.all(grad[p == 0] >= -1e-9) and np.allclose(grad[p > 0], 0.0, atol=1e-8)
 
 
 def test_a_held_suite_starts_no_run(tmp_path):

@@ -15,7 +15,7 @@ of every method, per latency setting:
   |advantage|, replay accept rate, entropy, regeneration rounds, skipped prompts; and the
   final score per hop count (``eval/chain{k}/mean_at_n``);
 - the load check (``pace``): each run's seconds per training step against what its work
-  predicts (``work_model``: a least-squares price per generated, scored and trained token and
+  predicts (``work_model``: a non-negative least-squares price per generated, scored and trained token and
   per step, fitted over every run of the suite; a method's seeds differ in work, e.g. HDR's
   scan depth), and against its method's median over seeds (wall-clock is the currency, so a
   run slowed by other work on the machine is flagged for a rerun), and the runs it shared the
@@ -215,8 +215,11 @@ def _work(run: Run) -> tuple[list[float], float, float]:
 def work_model(runs: list[Run]) -> dict | None:
     """The least-squares cost model of a suite: compute seconds ~ sum over ``WORK`` of a price
     times the run's total, plus a price per step, fitted over ``runs`` (on one clock: analyse
-    with ``time_scale`` first). ``{"price": {key: seconds}, "expected": {run: compute seconds}}``,
-    or None with fewer than twice as many runs as prices."""
+    with ``time_scale`` first) with every price >= 0 (``nonnegative_lstsq``: the work's totals
+    are nearly collinear across a suite: a free fit priced a scored token at -0.40 ms on
+    tiny-chain-base's latency-0.2 suite).
+    ``{"price": {key: seconds}, "expected": {run: compute seconds}}``, or None with fewer than
+    twice as many runs as prices."""
     import numpy as np
 
     runs = [r for r in runs if r.points and r.points[-1][2] > 0]
@@ -224,9 +227,31 @@ def work_model(runs: list[Run]) -> dict | None:
         return None
     work = [_work(r) for r in runs]
     x = np.array([w[0] for w in work])  # [runs, len(WORK) + 1]
-    price, *_ = np.linalg.lstsq(x, np.array([w[1] for w in work]), rcond=None)  # [len(WORK) + 1]
+    price = nonnegative_lstsq(x, np.array([w[1] for w in work]))  # [len(WORK) + 1]
     return {"price": dict(zip((*WORK, "step"), price.tolist())),
             "expected": {r.name: float(row @ price) for r, row in zip(runs, x)}}
+
+
+def nonnegative_lstsq(x, y):
+    """argmin ||x p - y|| over p >= 0, exactly, by trying every set of free columns (the rest
+    held at 0): few columns (2^cols least-squares solves). x [n, cols], y [n] -> p [cols]."""
+    import itertools
+
+    import numpy as np
+
+    cols = x.shape[1]
+    best, best_err = np.zeros(cols), float(np.sum(y ** 2))  # all prices 0
+    for k in range(1, cols + 1):
+        for free in itertools.combinations(range(cols), k):
+            sub, *_ = np.linalg.lstsq(x[:, free], y, rcond=None)  # [k]
+            if np.any(sub < 0):
+                continue
+            p = np.zeros(cols)
+            p[list(free)] = sub
+            err = float(np.sum((x @ p - y) ** 2))
+            if err < best_err - 1e-12 * max(1.0, best_err):
+                best, best_err = p, err
+    return best
 
 
 def pace(result: dict) -> list[dict]:
@@ -328,7 +353,7 @@ def report(result: dict, out: Path, title: str = "", evals: dict[str, dict] | No
     prices = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in model["price"].items()) if model else "none (too few runs)"
     lines += ["", "Load check: seconds per training step (every time in these tables is scaled to the reference "
               "machine by the run's factor where a calibration precedes the run) against what the run's work "
-              f"predicts (a least-squares price per token and per step over this suite's runs: {prices}; work "
+              f"predicts (a non-negative least-squares price per token and per step over this suite's runs: {prices}; work "
               "ratio: compute seconds over predicted) and against the method's median over seeds (slowed: work "
               f"ratio above {SLOWED}; rerun), and the runs it shared the machine with.", "",
               "| run | s/step | factor | work predicts | work ratio | method median | ratio | slowed | "
