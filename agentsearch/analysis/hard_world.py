@@ -15,9 +15,9 @@ of every method, per latency setting:
   |advantage|, replay accept rate, entropy, regeneration rounds, skipped prompts; and the
   final score per hop count (``eval/chain{k}/mean_at_n``);
 - the load check (``pace``): each run's seconds per training step against what its work
-  predicts (``work_model``: a non-negative least-squares price per generated, scored and trained token and
-  per step, fitted over every run of the suite; a method's seeds differ in work, e.g. HDR's
-  scan depth), and against its method's median over seeds (wall-clock is the currency, so a
+  predicts (``work_model``: a non-negative least-squares price per generated, scored and
+  trained token and per step, fitted over every run of the suite; a method's seeds differ in
+  work, e.g. HDR's scan depth), and against its method's median over seeds (wall-clock is the currency, so a
   run slowed by other work on the machine is flagged for a rerun), and the runs it shared the
   machine with, from the
   ``clock/unix_seconds`` stamp of every record (written since 2026-12-02; older runs show none);
