@@ -17,10 +17,10 @@ of every method, per latency setting:
 - the load check (``pace``): each run's seconds per training step against what its work
   predicts (``work_model``: a non-negative least-squares price per generated, scored and
   trained token and per step, fitted over every run of the suite; a method's seeds differ in
-  work, e.g. HDR's scan depth), and against its method's median over seeds (wall-clock is the currency, so a
-  run slowed by other work on the machine is flagged for a rerun), and the runs it shared the
-  machine with, from the
-  ``clock/unix_seconds`` stamp of every record (written since 2026-12-02; older runs show none);
+  work, e.g. HDR's scan depth), and against its method's median over seeds (wall-clock is
+  the currency, so a run slowed by other work on the machine is flagged for a rerun), and the
+  runs it shared the machine with, from the ``clock/unix_seconds`` stamp of every record
+  (written since 2026-12-02; older runs show none);
   sessions get machines of different speeds, so ``pareto.analyse(..., time_scale=...)`` with
   ``calibration_factor`` (from the machine's ``hard_world.py calibrate`` records) puts every
   run's seconds on the reference machine's clock before any time column is computed (time to
