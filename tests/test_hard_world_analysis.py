@@ -19,6 +19,7 @@ from agentsearch.analysis.hard_world import (
     nonnegative_lstsq,
     pace,
     pilot_rule,
+    priced_by_work,
     work_model,
 )
 from agentsearch.analysis.pareto import analyse
@@ -131,6 +132,22 @@ def test_the_work_model_prices_tokens_and_flags_the_run_its_work_does_not_explai
     assert rows["m1-s9"]["slowed"] and rows["m1-s9"]["work_ratio"] > 1.2 and rows["m1-s9"]["ratio"] < 1.0
     assert not any(r["slowed"] for name, r in rows.items() if name != "m1-s9")
     assert work_model(result["_runs"][:7]) is None  # fewer than twice as many runs as prices
+
+
+def test_priced_by_work_takes_the_machines_load_out_of_the_ratios(tmp_path):
+    """hdr ran 4x slower a step than on_policy_larger (a loaded machine) on the same work: 1,000
+    generated tokens a step at 2 ms plus 1 s a step is 3 s, plus the 0.5 s measured tool wait."""
+    work = {"tokens/generated": 1000, "time/env": 0.5}
+    runs = [_run(tmp_path, "on_policy_larger-s0", {0: 0.1, 4: 0.2, 8: 0.3}, sps=5.0, extra=work),
+            _run(tmp_path, "hdr-s0", {0: 0.1, 4: 0.3, 8: 0.32}, sps=20.0, extra=work)]
+    result = analyse(runs, label_by="dir", target_method="on_policy_larger", target_score=0.27)
+    assert {r["method"]: r["ratio"] for r in method_table(result)}["hdr"] == pytest.approx(80.0 / 40.0)
+    rows = {r["method"]: r for r in priced_by_work(result, {"price": {"tokens/generated": 2e-3, "step": 1.0}})}
+    # 3.5 s a step for both: on_policy_larger reaches 0.27 at step 8 (28 s), hdr at step 4 (14 s)
+    assert rows["on_policy_larger"]["time_to_target"] == pytest.approx(28.0)
+    assert rows["hdr"]["time_to_target"] == pytest.approx(14.0) and rows["hdr"]["ratio"] == pytest.approx(0.5)
+    assert rows["hdr"]["to_reference"] == pytest.approx(0.5) and rows["hdr"]["train_seconds"] == pytest.approx(28.0)
+    assert priced_by_work(result, None) == []  # too few runs to price the work: no table
 
 
 def test_nonnegative_least_squares_against_hand_worked_numbers_and_its_optimality_conditions():

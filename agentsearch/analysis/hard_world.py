@@ -42,7 +42,7 @@ from agentsearch.analysis.runs import MethodCurve, Run, cell, write_csv
 from agentsearch.trainer.metrics import CLOCK
 
 __all__ = ["pilot_rule", "bootstrap_ci", "costs_to", "area_under", "method_table", "pace", "active_spans",
-           "calibration_factor", "finals_table", "work_model", "report", "MECHANISM", "SLOWED", "WORK",
+           "calibration_factor", "finals_table", "work_model", "priced_by_work", "report", "MECHANISM", "SLOWED", "WORK",
            "REFERENCE_S_PER_STEP", "MACHINE_FILE"]
 
 MECHANISM = {"zero_var": "groups/zero_variance_frac", "abs_adv": "groups/abs_advantage_mean",
@@ -362,7 +362,32 @@ def report(result: dict, out: Path, title: str = "", evals: dict[str, dict] | No
               f"{cell(r['expected_s_per_step'], '.2f')} | {cell(r['work_ratio'], '.2f')} | {r['method_median']:.2f} | "
               f"{cell(r['ratio'], '.2f')} | {'yes' if r['slowed'] else ''} | {r['shared_with'] or '-'} |"
               for r in loads]
+    priced = priced_by_work(result, model)
+    if priced:
+        lines += ["", "Priced by work: the same runs on a clock no machine's speed or load enters, each step's compute "
+                  "at the load check's prices and its tool wait as measured (ratio: to on_policy_larger's mean training "
+                  "time, as above; to its time: to on_policy_larger's own mean time to the target).", "",
+                  "| method | seeds | reached | time to target (s) | ratio | to on_policy_larger's time | train s |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['method']} | {r['seeds']} | {r['reached']} | {cell(r['time_to_target'], '.0f', 'never')} | "
+                  f"{cell(r['ratio'], '.2f', '-')} | {cell(r['to_reference'], '.2f', '-')} | {r['train_seconds']:.0f} |"
+                  for r in priced]
     md = out / "hard_world.md"
     md.write_text("\n".join(lines) + "\n")
     csv = write_csv(out / "hard_world.csv", rows)
-    return [md, csv, write_csv(out / "pace.csv", loads)] + ([write_csv(out / "finals.csv", finals)] if finals else [])
+    return [md, csv, write_csv(out / "pace.csv", loads)] + ([write_csv(out / "finals.csv", finals)] if finals else []) \
+        + ([write_csv(out / "priced.csv", priced)] if priced else [])
+
+
+def priced_by_work(result: dict, model: dict | None) -> list[dict]:
+    """Per method, ``tool_queue.predict``'s row on the work-priced clock (``model``'s prices, the
+    measured tool waits): time to the result's target, and ratios to on_policy_larger's training
+    time and time to the target. Empty without a model, a target or on_policy_larger runs."""
+    from agentsearch.analysis.tool_queue import predict
+
+    score = (result.get("target") or {}).get("score")
+    runs = [r for r in _usable(result) if r.points]
+    if model is None or score is None or not any(r.label == "on_policy_larger" for r in runs):
+        return []
+    opl = statistics.mean(r.final for r in runs if r.label == "on_policy_larger")
+    return predict(runs, 0, None, share=score / opl, price=model["price"])["methods"] if opl > 0 else []

@@ -45,32 +45,34 @@ def step_compute(record: dict, price: dict[str, float]) -> float:
     return price["step"] + sum(p * float(record.get(k) or 0.0) for k, p in price.items() if k != "step")
 
 
-def queued_points(run: Run, slots: int, mean_s: float, rng: random.Random, sigma: float = 0.5,
+def queued_points(run: Run, slots: int, mean_s: float | None, rng: random.Random, sigma: float = 0.5,
                   price: dict[str, float] | None = None) -> list[tuple[float, float, int]]:
     """The run's evaluation points (seconds, value, step) with every step's ``time/env``
-    replaced by ``step_wait`` of its ``rollout/tool_calls`` and ``rollout/generate_calls``.
-    With ``price``, every step's compute is ``step_compute`` too: a clock that no machine's
-    speed or load enters, only the run's work and the service."""
+    replaced by ``step_wait`` of its ``rollout/tool_calls`` and ``rollout/generate_calls``
+    (``mean_s`` None: the measured ``time/env`` kept). With ``price``, every step's compute is
+    ``step_compute`` too: a clock that no machine's speed or load enters, only the run's work
+    and the service."""
     steps = {r["step"]: r for r in run.records if isinstance(r.get("step"), int) and r["step"] > 0}
     # without a price: the shift of the measured clock (each step's wait swapped in); with one:
     # the whole clock (priced compute plus wait)
     clock, at = 0.0, {}
     for s in sorted(steps):
         r = steps[s]
-        wait = step_wait(float(r.get("rollout/tool_calls", 0)), int(r.get("rollout/generate_calls", 1)),
-                         slots, mean_s, rng, sigma)
+        wait = float(r.get("time/env") or 0.0) if mean_s is None else step_wait(
+            float(r.get("rollout/tool_calls", 0)), int(r.get("rollout/generate_calls", 1)), slots, mean_s, rng, sigma)
         clock += wait + (step_compute(r, price) if price else -float(r.get("time/env") or 0.0))
         at[s] = clock
     return [((0.0 if price else t) + at.get(step, 0.0), q, step) for t, q, step in run.points]
 
 
-def predict(runs: list[Run], slots: int, mean_s: float, target_method: str = "on_policy_larger",
+def predict(runs: list[Run], slots: int, mean_s: float | None, target_method: str = "on_policy_larger",
             share: float = 0.9, seed: int = 0, sigma: float = 0.5, price: dict[str, float] | None = None) -> dict:
     """Per method, under a service of ``slots`` x ``mean_s``: the mean time to ``share`` of
     ``target_method``'s mean final score, its ratio to ``target_method``'s mean training time
     (as the report's "ratio") and to its mean time to that target, and its mean training time.
     ``runs``: loaded, their seconds already on one clock; with ``price``, compute priced by
-    work (``queued_points``)."""
+    work (``queued_points``; ``mean_s`` None: each step's measured tool wait kept, the runs'
+    own service with every machine's speed and load taken out)."""
     rng = random.Random(seed)
     points = {r.name: queued_points(r, slots, mean_s, rng, sigma, price) for r in runs if r.points}
     ref = [r for r in runs if r.label == target_method and r.points]
