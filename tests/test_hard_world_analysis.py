@@ -147,7 +147,18 @@ def test_priced_by_work_takes_the_machines_load_out_of_the_ratios(tmp_path):
     assert rows["on_policy_larger"]["time_to_target"] == pytest.approx(28.0)
     assert rows["hdr"]["time_to_target"] == pytest.approx(14.0) and rows["hdr"]["ratio"] == pytest.approx(0.5)
     assert rows["hdr"]["to_reference"] == pytest.approx(0.5) and rows["hdr"]["train_seconds"] == pytest.approx(28.0)
+    assert rows["hdr"]["same_seed"] == pytest.approx(0.5)
     assert priced_by_work(result, None) == []  # too few runs to price the work: no table
+    # a second, harder seed (on_policy_larger reaches 0.27 at step 8 = 28 s and hdr at step 8 too):
+    # the mean over seeds is (14 + 28) / 2 = 21 s against 28 s (0.75); the same seeds' mean
+    # ratio is (0.5 + 1.0) / 2 = 0.75 too; hdr-s2, with no on_policy_larger seed 2, is left out
+    runs += [_run(tmp_path, "on_policy_larger-s1", {0: 0.1, 4: 0.1, 8: 0.3}, extra=work),
+             _run(tmp_path, "hdr-s1", {0: 0.1, 4: 0.2, 8: 0.3}, extra=work),
+             _run(tmp_path, "hdr-s2", {0: 0.1, 4: 0.3, 8: 0.3}, extra=work)]
+    result = analyse(runs, label_by="dir", target_method="on_policy_larger", target_score=0.27)
+    rows = {r["method"]: r for r in priced_by_work(result, {"price": {"tokens/generated": 2e-3, "step": 1.0}})}
+    assert rows["hdr"]["time_to_target"] == pytest.approx((14 + 28 + 14) / 3)
+    assert rows["hdr"]["same_seed"] == pytest.approx(0.75)
 
 
 def test_nonnegative_least_squares_against_hand_worked_numbers_and_its_optimality_conditions():

@@ -366,11 +366,13 @@ def report(result: dict, out: Path, title: str = "", evals: dict[str, dict] | No
     if priced:
         lines += ["", "Priced by work: the same runs on a clock no machine's speed or load enters, each step's compute "
                   "at the load check's prices and its tool wait as measured (ratio: to on_policy_larger's mean training "
-                  "time, as above; to its time: to on_policy_larger's own mean time to the target).", "",
-                  "| method | seeds | reached | time to target (s) | ratio | to on_policy_larger's time | train s |",
-                  "|---|---|---|---|---|---|---|"]
+                  "time, as above; to its time: to on_policy_larger's own mean time to the target; same seeds: the mean of "
+                  "each run's time over on_policy_larger's run of its seed).", "",
+                  "| method | seeds | reached | time to target (s) | ratio | to on_policy_larger's time | same seeds | "
+                  "train s |", "|---|---|---|---|---|---|---|---|"]
         lines += [f"| {r['method']} | {r['seeds']} | {r['reached']} | {cell(r['time_to_target'], '.0f', 'never')} | "
-                  f"{cell(r['ratio'], '.2f', '-')} | {cell(r['to_reference'], '.2f', '-')} | {r['train_seconds']:.0f} |"
+                  f"{cell(r['ratio'], '.2f', '-')} | {cell(r['to_reference'], '.2f', '-')} | {cell(r['same_seed'], '.2f', '-')} | "
+                  f"{r['train_seconds']:.0f} |"
                   for r in priced]
     md = out / "hard_world.md"
     md.write_text("\n".join(lines) + "\n")
@@ -382,12 +384,25 @@ def report(result: dict, out: Path, title: str = "", evals: dict[str, dict] | No
 def priced_by_work(result: dict, model: dict | None) -> list[dict]:
     """Per method, ``tool_queue.predict``'s row on the work-priced clock (``model``'s prices, the
     measured tool waits): time to the result's target, and ratios to on_policy_larger's training
-    time and time to the target. Empty without a model, a target or on_policy_larger runs."""
-    from agentsearch.analysis.tool_queue import predict
+    time and time to the target; plus ``same_seed``: the mean over the method's runs of its time
+    over on_policy_larger's of the same seed (seeds differ in difficulty, so a method with fewer
+    seeds is read against the same ones; None unless every such pair reached). Empty without a
+    model, a target or on_policy_larger runs."""
+    import random
+
+    from agentsearch.analysis.tool_queue import predict, queued_points
 
     score = (result.get("target") or {}).get("score")
     runs = [r for r in _usable(result) if r.points]
-    if model is None or score is None or not any(r.label == "on_policy_larger" for r in runs):
+    opl = [r for r in runs if r.label == "on_policy_larger"]
+    if model is None or score is None or not opl or statistics.mean(r.final for r in opl) <= 0:
         return []
-    opl = statistics.mean(r.final for r in runs if r.label == "on_policy_larger")
-    return predict(runs, 0, None, share=score / opl, price=model["price"])["methods"] if opl > 0 else []
+    rows = predict(runs, 0, None, share=score / statistics.mean(r.final for r in opl), price=model["price"])["methods"]
+    at = {r.name: next((t for t, q, _ in queued_points(r, 0, None, random.Random(0), price=model["price"])
+                        if q >= score - 1e-12), None) for r in runs}
+    ref = {r.seed: at[r.name] for r in opl}
+    for row in rows:
+        pairs = [(at[r.name], ref[r.seed]) for r in runs if r.label == row["method"] and r.seed in ref]
+        ok = pairs and all(a is not None and b for a, b in pairs)
+        row["same_seed"] = statistics.mean(a / b for a, b in pairs) if ok else None
+    return rows
