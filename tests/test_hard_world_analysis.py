@@ -19,11 +19,11 @@ from agentsearch.analysis.hard_world import (
     nonnegative_lstsq,
     pace,
     pilot_rule,
-    priced_by_work,
     work_model,
 )
 from agentsearch.analysis.pareto import analyse
 from agentsearch.analysis.runs import load_run
+from agentsearch.analysis.tool_queue import priced_by_work
 
 
 def _curve(scores: dict[int, float], seconds_per_step: float = 10.0):

@@ -39,10 +39,11 @@ from pathlib import Path
 
 from agentsearch.analysis.pareto import MACHINE_FREE
 from agentsearch.analysis.runs import MethodCurve, Run, cell, write_csv
+from agentsearch.analysis.tool_queue import priced_by_work
 from agentsearch.trainer.metrics import CLOCK
 
 __all__ = ["pilot_rule", "bootstrap_ci", "costs_to", "area_under", "method_table", "pace", "active_spans",
-           "calibration_factor", "finals_table", "work_model", "priced_by_work", "report", "MECHANISM", "SLOWED", "WORK",
+           "calibration_factor", "finals_table", "work_model", "report", "MECHANISM", "SLOWED", "WORK",
            "REFERENCE_S_PER_STEP", "MACHINE_FILE"]
 
 MECHANISM = {"zero_var": "groups/zero_variance_frac", "abs_adv": "groups/abs_advantage_mean",
@@ -380,29 +381,3 @@ def report(result: dict, out: Path, title: str = "", evals: dict[str, dict] | No
     return [md, csv, write_csv(out / "pace.csv", loads)] + ([write_csv(out / "finals.csv", finals)] if finals else []) \
         + ([write_csv(out / "priced.csv", priced)] if priced else [])
 
-
-def priced_by_work(result: dict, model: dict | None) -> list[dict]:
-    """Per method, ``tool_queue.predict``'s row on the work-priced clock (``model``'s prices, the
-    measured tool waits): time to the result's target, and ratios to on_policy_larger's training
-    time and time to the target; plus ``same_seed``: the mean over the method's runs of its time
-    over on_policy_larger's of the same seed (seeds differ in difficulty, so a method with fewer
-    seeds is read against the same ones; None unless every such pair reached). Empty without a
-    model, a target or on_policy_larger runs."""
-    import random
-
-    from agentsearch.analysis.tool_queue import predict, queued_points
-
-    score = (result.get("target") or {}).get("score")
-    runs = [r for r in _usable(result) if r.points]
-    opl = [r for r in runs if r.label == "on_policy_larger"]
-    if model is None or score is None or not opl or statistics.mean(r.final for r in opl) <= 0:
-        return []
-    rows = predict(runs, 0, None, share=score / statistics.mean(r.final for r in opl), price=model["price"])["methods"]
-    at = {r.name: next((t for t, q, _ in queued_points(r, 0, None, random.Random(0), price=model["price"])
-                        if q >= score - 1e-12), None) for r in runs}
-    ref = {r.seed: at[r.name] for r in opl}
-    for row in rows:
-        pairs = [(at[r.name], ref[r.seed]) for r in runs if r.label == row["method"] and r.seed in ref]
-        ok = pairs and all(a is not None and b for a, b in pairs)
-        row["same_seed"] = statistics.mean(a / b for a, b in pairs) if ok else None
-    return rows

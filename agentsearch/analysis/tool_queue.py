@@ -15,7 +15,7 @@ import statistics
 from agentsearch.analysis.runs import Run
 from agentsearch.envs.tools.latency import ToolService, lognormal_s
 
-__all__ = ["makespan", "step_wait", "step_compute", "queued_points", "predict"]
+__all__ = ["makespan", "step_wait", "step_compute", "queued_points", "predict", "priced_by_work"]
 
 
 def makespan(durations: list[float], slots: int) -> float:
@@ -97,3 +97,27 @@ def predict(runs: list[Run], slots: int, mean_s: float | None, target_method: st
                      "ratio": None if mean is None else mean / ref_train,
                      "to_reference": None if mean is None or not ref_time else mean / ref_time})
     return {"slots": slots, "mean_s": mean_s, "target": target, "target_method": target_method, "methods": rows}
+
+
+def priced_by_work(result: dict, model: dict | None) -> list[dict]:
+    """Per method of a ``pareto.analyse`` result, ``predict``'s row on the work-priced clock
+    (``model``: ``hard_world.work_model`` of the result's runs; each step's tool wait as
+    measured): time to the result's target, and ratios to on_policy_larger's training time and
+    time to the target; plus ``same_seed``: the mean over the method's runs of its time over
+    on_policy_larger's of the same seed (seeds differ in difficulty, so a method with fewer seeds
+    is read against the same ones; None unless every such pair reached). Empty without a model,
+    a target or on_policy_larger runs."""
+    score = (result.get("target") or {}).get("score")
+    runs = [r for m in result["_methods"] for r in m.usable if r.points]
+    opl = [r for r in runs if r.label == "on_policy_larger"]
+    if model is None or score is None or not opl or statistics.mean(r.final for r in opl) <= 0:
+        return []
+    rows = predict(runs, 0, None, share=score / statistics.mean(r.final for r in opl), price=model["price"])["methods"]
+    at = {r.name: next((t for t, q, _ in queued_points(r, 0, None, random.Random(0), price=model["price"])
+                        if q >= score - 1e-12), None) for r in runs}
+    ref = {r.seed: at[r.name] for r in opl}
+    for row in rows:
+        pairs = [(at[r.name], ref[r.seed]) for r in runs if r.label == row["method"] and r.seed in ref]
+        ok = pairs and all(a is not None and b for a, b in pairs)
+        row["same_seed"] = statistics.mean(a / b for a, b in pairs) if ok else None
+    return rows
