@@ -69,8 +69,10 @@ def predict(runs: list[Run], slots: int, mean_s: float | None, target_method: st
             share: float = 0.9, seed: int = 0, sigma: float = 0.5, price: dict[str, float] | None = None) -> dict:
     """Per method, under a service of ``slots`` x ``mean_s``: the mean time to ``share`` of
     ``target_method``'s mean final score, its ratio to ``target_method``'s mean training time
-    (as the report's "ratio") and to its mean time to that target, and its mean training time.
-    ``runs``: loaded, their seconds already on one clock; with ``price``, compute priced by
+    (as the report's "ratio") and to its mean time to that target, its mean training time, and
+    ``same_seed``: the mean over its runs of each one's time over ``target_method``'s run of the
+    same seed (seeds differ in difficulty, so a method with fewer seeds is read against the same
+    ones; None unless every such pair reached). ``runs``: loaded, their seconds already on one clock; with ``price``, compute priced by
     work (``queued_points``; ``mean_s`` None: each step's measured tool wait kept, the runs'
     own service with every machine's speed and load taken out)."""
     rng = random.Random(seed)
@@ -85,6 +87,7 @@ def predict(runs: list[Run], slots: int, mean_s: float | None, target_method: st
 
     ref_train = statistics.mean(points[r.name][-1][0] for r in ref)
     ref_hits = [t for t in map(time_to, ref) if t is not None]
+    by_seed = {r.seed: time_to(r) for r in ref}
     ref_time = statistics.mean(ref_hits) if ref_hits else None
     rows = []
     for label in sorted({r.label for r in runs if r.points}):
@@ -92,32 +95,23 @@ def predict(runs: list[Run], slots: int, mean_s: float | None, target_method: st
         hits = [t for t in map(time_to, mine) if t is not None]
         mean = statistics.mean(hits) if hits else None
         train = statistics.mean(points[r.name][-1][0] for r in mine)
+        pairs = [(time_to(r), by_seed[r.seed]) for r in mine if r.seed in by_seed]
+        paired = pairs and all(a is not None and b for a, b in pairs)
         rows.append({"method": label, "seeds": len(mine), "reached": f"{len(hits)}/{len(mine)}",
                      "time_to_target": mean, "train_seconds": train,
                      "ratio": None if mean is None else mean / ref_train,
-                     "to_reference": None if mean is None or not ref_time else mean / ref_time})
+                     "to_reference": None if mean is None or not ref_time else mean / ref_time,
+                     "same_seed": statistics.mean(a / b for a, b in pairs) if paired else None})
     return {"slots": slots, "mean_s": mean_s, "target": target, "target_method": target_method, "methods": rows}
 
 
 def priced_by_work(result: dict, model: dict | None) -> list[dict]:
     """Per method of a ``pareto.analyse`` result, ``predict``'s row on the work-priced clock
     (``model``: ``hard_world.work_model`` of the result's runs; each step's tool wait as
-    measured): time to the result's target, and ratios to on_policy_larger's training time and
-    time to the target; plus ``same_seed``: the mean over the method's runs of its time over
-    on_policy_larger's of the same seed (seeds differ in difficulty, so a method with fewer seeds
-    is read against the same ones; None unless every such pair reached). Empty without a model,
-    a target or on_policy_larger runs."""
+    measured) to the result's target. Empty without a model, a target or on_policy_larger runs."""
     score = (result.get("target") or {}).get("score")
     runs = [r for m in result["_methods"] for r in m.usable if r.points]
-    opl = [r for r in runs if r.label == "on_policy_larger"]
-    if model is None or score is None or not opl or statistics.mean(r.final for r in opl) <= 0:
+    finals = [r.final for r in runs if r.label == "on_policy_larger"]
+    if model is None or score is None or not finals or statistics.mean(finals) <= 0:
         return []
-    rows = predict(runs, 0, None, share=score / statistics.mean(r.final for r in opl), price=model["price"])["methods"]
-    at = {r.name: next((t for t, q, _ in queued_points(r, 0, None, random.Random(0), price=model["price"])
-                        if q >= score - 1e-12), None) for r in runs}
-    ref = {r.seed: at[r.name] for r in opl}
-    for row in rows:
-        pairs = [(at[r.name], ref[r.seed]) for r in runs if r.label == row["method"] and r.seed in ref]
-        ok = pairs and all(a is not None and b for a, b in pairs)
-        row["same_seed"] = statistics.mean(a / b for a, b in pairs) if ok else None
-    return rows
+    return predict(runs, 0, None, share=score / statistics.mean(finals), price=model["price"])["methods"]
