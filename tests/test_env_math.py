@@ -125,10 +125,11 @@ def test_grading_is_bounded_in_sync_code_and_in_an_event_loop(monkeypatch):
     _, r, term, _, info = out[0]
     assert term and info["answer_correct"] is False and r == 0.0
     assert info["metric/grading_timeout"] == 1.0
-    # after a timeout the grader works again, and a normal answer records no timeout (the
-    # limit back to a generous one: the grader restarted after a timeout can take over 1 s to
-    # answer on a loaded machine, as it did beside two training runs on 2 cores)
-    monkeypatch.setattr(rewards, "GRADING_TIMEOUT_S", 30.0)
+    # after a timeout the grader works again, and the first answer it grades (the replacement's
+    # first comparison) records no timeout under production's limit: the replacement warms its
+    # checker up before it says ready (its first comparison took ~1.1 s cold against 0.01 s
+    # warm, and timed out at a 1 s limit beside two training runs on 2 cores)
+    monkeypatch.setattr(rewards, "GRADING_TIMEOUT_S", 5.0)
     env.reset(options={"task": {"id": "p", "question": "?", "golden_answers": ["2^{2n}"]}})
     _, r, _, _, info = env.step("<answer>4^n</answer>")
     assert info["answer_correct"] and info["metric/grading_timeout"] == 0.0

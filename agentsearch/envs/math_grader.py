@@ -9,7 +9,8 @@ runs until it ends (an engine's rollout loop freezes with it). math-verify's own
 So the comparison runs in one long-lived child process, ``MathGrader``: the caller waits at
 most ``timeout_s`` for its answer; on timeout the child is killed (a new one starts right
 away, in the background) and the call says so. The child is this file run as a script (it
-imports no agentsearch module, only math-verify or sympy, and starts in about a second) and
+imports no agentsearch module, only math-verify or sympy, and starts, warmed up by two
+comparisons, in about two seconds) and
 speaks JSON lines: ``{"pred": str, "golds": [str]}`` in, ``{"equal": bool}`` out.
 ``agentsearch.envs.rewards.math_grade`` asks it only when the cheap text and number checks
 cannot decide.
@@ -95,7 +96,11 @@ def _serve() -> None:
     goes to stderr, so it cannot break the protocol."""
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
-    _mv() or _sympy_equal("1", "1")  # import the checker before saying ready
+    # Warm the checker up before saying ready: math-verify and sympy load parsers and caches
+    # lazily on their first comparison (about 1 s on a 2-core machine, against 3 ms after),
+    # and that first answer's time limit must not pay for it.
+    slow_equal("4^n", ["2^{2n}"])
+    slow_equal("\\frac{1}{2}", ["0.5"])
     proto.write('{"ready": true}\n')
     for line in sys.stdin:
         req = json.loads(line)
