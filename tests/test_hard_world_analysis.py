@@ -3,6 +3,7 @@ pilot rule, the bootstrap interval, costs to target and the time-averaged score.
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
@@ -307,6 +308,9 @@ def test_the_report_command_writes_the_tables_for_a_suite(tmp_path):
     replay = table.split("Replay:")[1].split("Final models")[0]  # only the runs that replay
     assert [x for x in replay.splitlines() if x.startswith("| ") and "---" not in x][1:] == [
         "| hdr | 1 | 0.400 | 10.00 | 4.00 | 3.0 | 0.320 | 0.25 |"]
+    with open(suite / "analysis" / "replay_runs.csv") as f:  # the same, run by run (a sweep's seeds)
+        assert [(r["run"], r["seed"], r["accept"], r["scanned"], r["step_to_target"]) for r in csv.DictReader(f)] == [
+            ("hdr-s0", "0", "0.4", "10.0", "4")]
 
 
 def test_archive_and_restore_carry_finished_runs_without_weights(tmp_path):

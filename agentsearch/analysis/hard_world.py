@@ -311,7 +311,8 @@ def finals_table(methods: list[MethodCurve], evals: dict[str, dict]) -> list[dic
 
 
 def report(result: dict, out: Path, title: str = "", evals: dict[str, dict] | None = None) -> list[Path]:
-    """``hard_world.md`` (the tables), ``hard_world.csv`` and ``pace.csv`` into ``out``; returns
+    """``hard_world.md`` (the tables), ``hard_world.csv``, ``pace.csv`` and the CSVs beside them
+    (``finals``, ``priced``, ``replay_runs``: the replay table run by run) into ``out``; returns
     the paths. Seconds are on the clock the result was analysed with (``time_scale``: analyse
     with ``calibration_factor`` to put runs from different machines on the reference's)."""
     rows = method_table(result)
@@ -340,6 +341,10 @@ def report(result: dict, out: Path, title: str = "", evals: dict[str, dict] | No
         lines += [f"| {r['method']} | {r['seeds']} | {cell(r['accept'], '.3f')} | {cell(r['scanned'], '.2f')} | "
                   f"{cell(r['replayed'], '.2f')} | {cell(r['age'], '.1f')} | {cell(r['final_mean'], '.3f')} | "
                   f"{cell(r['ratio'], '.2f', '-')} |" for r in replay]
+    per_run = [{"run": r.name, "method": m.label, "seed": r.seed, "final": r.final,
+                "step_to_target": costs_to(r, tgt["score"])["step"] if tgt.get("score") is not None else None,
+                **{k: _mean_metric(r, MECHANISM[k]) for k in ("accept", "scanned", "replayed", "age")}}
+               for m in result["_methods"] for r in m.usable if _mean_metric(r, MECHANISM["scanned"])]
     finals = finals_table(result["_methods"], evals or {})
     if finals:
         lines += ["", "Final models (`hard_world.py finals`): pass@k of 8 samples at temperature 1 and greedy on the "
@@ -379,5 +384,6 @@ def report(result: dict, out: Path, title: str = "", evals: dict[str, dict] | No
     md.write_text("\n".join(lines) + "\n")
     csv = write_csv(out / "hard_world.csv", rows)
     return [md, csv, write_csv(out / "pace.csv", loads)] + ([write_csv(out / "finals.csv", finals)] if finals else []) \
-        + ([write_csv(out / "priced.csv", priced)] if priced else [])
+        + ([write_csv(out / "priced.csv", priced)] if priced else []) \
+        + ([write_csv(out / "replay_runs.csv", per_run)] if per_run else [])  # the replay table, run by run
 
