@@ -278,7 +278,8 @@ def main(preset: str, out: str | None, overrides: list[str], resume: str | None 
             raise ConfigError("--out RUN_DIR is required (or --resume RUN_DIR)")
         run_dir = Path(out)
         cfg = apply_overrides(TrainConfig, preset, overrides)
-    log.info("agentsearch train: preset=%s git=%s run=%s", preset, git_revision(), run_dir)
+    source = f"resume={run_dir / 'config.yaml'}" if resume else f"preset={preset}"  # resume ignores --preset
+    log.info("agentsearch train: %s git=%s run=%s", source, git_revision(), run_dir)
     final = train(cfg, run_dir, resume=bool(resume))
     print(json.dumps({k: v for k, v in final.items() if not math.isnan(v)}, indent=1))
     return 0
