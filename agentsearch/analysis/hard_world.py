@@ -344,7 +344,8 @@ def report(result: dict, out: Path, title: str = "", evals: dict[str, dict] | No
     per_run = [{"run": r.name, "method": m.label, "seed": r.seed, "final": r.final,
                 "step_to_target": costs_to(r, tgt["score"])["step"] if tgt.get("score") is not None else None,
                 **{k: _mean_metric(r, MECHANISM[k]) for k in ("accept", "scanned", "replayed", "age")}}
-               for m in result["_methods"] for r in m.usable if _mean_metric(r, MECHANISM["scanned"])]
+               for m in result["_methods"] for r in m.usable]
+    per_run = [r for r in per_run if r["scanned"]]  # as the replay table: on-policy runs log zeros
     finals = finals_table(result["_methods"], evals or {})
     if finals:
         lines += ["", "Final models (`hard_world.py finals`): pass@k of 8 samples at temperature 1 and greedy on the "

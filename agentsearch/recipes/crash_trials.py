@@ -173,7 +173,7 @@ def run_trials(out: str | Path, n: int = 10, *, seed: int = 0, preset: str = "ti
                 shutil.rmtree(run, ignore_errors=True)  # machine): a new instant within its own time
                 after = rng.uniform(min(first_s, took / 2), took * 0.9)
                 trial.kill += f" (finished first; again@{after:.1f}s)"
-                rc, _, _ = _run(run, overrides, preset, crash_at=point, kill_after_s=after)
+                rc, _, _ = _run(run, overrides, preset, kill_after_s=after)
             if rc != -signal.SIGKILL:
                 trial.problems.append(f"kill {k + 1}: the run was not killed (exit {rc})")
         logged = _logged_steps(run)
