@@ -253,6 +253,7 @@ def test_calibrate_measures_the_reference_workload(tmp_path):
     assert [p.name for p in (tmp_path / "calibration").iterdir()] == [saved[0].name]  # run folders removed
     assert json.loads(saved[0].read_text()) == line and line["steps"] == 1 and line["s_per_step"] > 0
     assert line["tokens_per_step"] > 0 and line["s_per_step"] >= line["phases"]["update"] > 0
+    assert line["cpu_capability"] in ("DEFAULT", "VSX", "ZVECTOR", "AVX2", "AVX512", "SVE256")  # torch's kinds
 
 
 def test_the_report_command_writes_the_tables_for_a_suite(tmp_path):
@@ -288,6 +289,16 @@ def test_the_report_command_writes_the_tables_for_a_suite(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     pred = {m["method"]: m for m in json.loads(res.stdout.strip().splitlines()[-1])["methods"]}
     assert pred["hdr"]["ratio"] == pytest.approx(0.25) and pred["on_policy_larger"]["to_reference"] == 1.0
+    # --measured: a suite's runs (finished or not) against their twins', here the same runs
+    res = subprocess.run([sys.executable, str(script), "predict", str(suite), "--mean", "0", "--measured", str(suite)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = [json.loads(x) for x in res.stdout.strip().splitlines()[1:]]
+    assert sorted(r["run"] for r in rows if "run" in r) == ["hdr-s0", "naive-s0", "on_policy_larger-s0"]  # hdr-s1: no twin
+    assert all(r["max_eval_difference"] == 0 and r["priced"] is None for r in rows if "run" in r)
+    pair = next(r for r in rows if r.get("pair") == "hdr-s0 / on_policy_larger-s0")
+    assert pair["measured"] == pytest.approx(0.25) and pair["predicted"] == pytest.approx(0.25)
+    assert (suite / "analysis" / "measured.jsonl").read_text().count("\n") == len(rows)
     res = subprocess.run([sys.executable, str(script), "predict", str(suite), "--mean", "0", "--priced-by", str(suite)],
                          capture_output=True, text=True)  # three runs are too few to fit prices: a clear refusal
     assert res.returncode != 0 and "too few finished runs" in res.stderr

@@ -11,6 +11,7 @@ import pytest
 from agentsearch.analysis.runs import Run
 from agentsearch.analysis.tool_queue import (
     makespan,
+    measured_against,
     predict,
     queued_points,
     step_compute,
@@ -70,3 +71,28 @@ def test_priced_points_put_compute_on_the_works_prices():
     assert pts == [(0.0, 0.1, 0), (pytest.approx(2 * (3.0 + 4.0)), 0.3, 2)]
     # a free service leaves the priced compute alone: 3 s a step, whatever the measured seconds
     assert queued_points(run, 0, 0.0, random.Random(0), price=price)[-1][0] == pytest.approx(6.0)
+
+
+def test_a_measured_run_is_read_against_its_twins_prediction():
+    """A run under 2 slots x 1 s (10 s a step, 4 s of it waiting, 100 tokens a step) against its
+    latency-0 twin (200 tokens a step, 1 s waits, one evaluation further on)."""
+    run = _run("hdr-s0", "hdr", {0: 0.1, 2: 0.4}, 10.0, calls=8, env=4.0)
+    twin = _run("hdr-s0", "hdr", {0: 0.1, 2: 0.38, 4: 0.5}, 10.0, calls=8, env=1.0)
+    for r, tokens in ((run, 100), (twin, 200)):
+        for rec in r.records:
+            rec["tokens/generated"] = tokens
+    price = {"tokens/generated": 0.01, "step": 2.0}
+    out = measured_against(run, twin, 2, 1.0, 0.36, price, sigma=0.0)
+    assert out["step"] == 2 and out["evals_compared"] == 2
+    assert out["max_eval_difference"] == pytest.approx(0.02)
+    # the queue model for its own calls: 2 searching turns x 4 calls on 2 slots at 1 s = 4 s
+    assert out["wait_measured"] == pytest.approx(4.0) and out["wait_model"] == pytest.approx(4.0)
+    assert out["step_to_target"] == 2 and out["measured"] == pytest.approx(20.0)
+    # priced: (2 + 1 s of tokens + 4 s measured wait) x 2 steps; predicted from the twin, cut at
+    # the run's last evaluation: (2 + 2 s of tokens + 4 s modelled wait) x 2
+    assert out["priced"] == pytest.approx(14.0) and out["predicted"] == pytest.approx(16.0)
+    # no price: the priced clock is not given, the prediction is the twin's own clock shifted
+    plain = measured_against(run, twin, 2, 1.0, 0.36, sigma=0.0)
+    assert plain["priced"] is None and plain["predicted"] == pytest.approx(20.0 + 2 * (4.0 - 1.0))
+    # a target neither reaches
+    assert measured_against(run, twin, 2, 1.0, 0.45, price, sigma=0.0)["measured"] is None

@@ -15,7 +15,7 @@ import statistics
 from agentsearch.analysis.runs import Run
 from agentsearch.envs.tools.latency import ToolService, lognormal_s
 
-__all__ = ["makespan", "step_wait", "step_compute", "queued_points", "predict", "priced_by_work"]
+__all__ = ["makespan", "step_wait", "step_compute", "queued_points", "predict", "priced_by_work", "measured_against"]
 
 
 def makespan(durations: list[float], slots: int) -> float:
@@ -115,3 +115,36 @@ def priced_by_work(result: dict, model: dict | None) -> list[dict]:
     if model is None or score is None or not finals or statistics.mean(finals) <= 0:
         return []
     return predict(runs, 0, None, share=score / statistics.mean(finals), price=model["price"])["methods"]
+
+
+def measured_against(run: Run, twin: Run, slots: int, mean_s: float, target: float,
+                     price: dict[str, float] | None = None, seed: int = 0, sigma: float = 0.5) -> dict:
+    """A run measured under a service of ``slots`` x ``mean_s`` against the prediction made
+    from its ``twin`` (the same method and seed at latency 0; finished or not, up to the run's
+    last evaluation): whether it learned the same (its evaluations against the twin's at the
+    steps both have), its mean tool wait a step against the queue model's for its own calls,
+    and its time to ``target`` on three clocks: ``measured`` (its own seconds, as given),
+    ``priced`` (its measured waits, compute priced by work; without ``price`` None) and
+    ``predicted`` (the twin's run replayed under the service, ``queued_points``)."""
+    twin_at = {step: q for _, q, step in twin.points}
+    shared = [(q, twin_at[step]) for _, q, step in run.points if step in twin_at]
+    last = run.points[-1][2] if run.points else 0
+    steps = [r for r in {r["step"]: r for r in run.records if isinstance(r.get("step"), int)}.values()
+             if 0 < r["step"] <= last]  # a re-logged step counts once: its last record
+    rng = random.Random(seed)
+    modelled = [step_wait(float(r.get("rollout/tool_calls", 0)), int(r.get("rollout/generate_calls", 1)),
+                          slots, mean_s, rng, sigma) for r in steps]
+
+    def time_to(points) -> tuple[float | None, int | None]:
+        return next(((t, step) for t, q, step in points if q >= target - 1e-12), (None, None))
+
+    twin_cut = Run(path=twin.path, records=twin.records, label=twin.label, seed=twin.seed,
+                   points=[p for p in twin.points if p[2] <= last])
+    measured, step = time_to(run.points)
+    return {"run": run.name, "step": last, "evals_compared": len(shared),
+            "max_eval_difference": max((abs(a - b) for a, b in shared), default=None),
+            "wait_measured": statistics.mean(float(r.get("time/env") or 0.0) for r in steps) if steps else None,
+            "wait_model": statistics.mean(modelled) if modelled else None,
+            "step_to_target": step, "measured": measured,
+            "priced": time_to(queued_points(run, slots, None, rng, sigma, price))[0] if price else None,
+            "predicted": time_to(queued_points(twin_cut, slots, mean_s, random.Random(seed), sigma, price))[0]}

@@ -30,8 +30,11 @@ the same suite, seeds 0-2; the report's replay table has its accept rates.
 
 ``calibrate``: this machine's speed, since each session gets a fresh machine and they differ
 (1.8x on 2026-12-02): the first ``--steps`` (12) steps of on-policy GRPO on ``tiny-chains`` at
-seed 1 (deterministic work: the same tokens every time), two copies at once as the grid runs
-two, into ``OUT/calibration/<unix>.json`` (seconds per step; the runs' folders are removed).
+seed 1 (deterministic work: the same tokens every time on one CPU kind), two copies at once as
+the grid runs two, into ``OUT/calibration/<unix>.json`` (seconds per step, tokens per step and
+torch's CPU capability; the runs' folders are removed). A seeded run replays token for token
+only on the same CPU kind: 1,620.75 tokens a step on every machine to 2026-12-04 afternoon,
+1,573.5 on an AVX2-only AMD EPYC that evening, whose runs then learned along another path.
 ``compare`` calibrates first (``--no-calibrate`` skips it); ``report`` gives each run the last
 calibration before its first record and scales its seconds by it to the reference machine
 (``analysis.hard_world.REFERENCE_S_PER_STEP``) before any time column is computed, all but the
@@ -53,6 +56,8 @@ give its calls (``analysis.tool_queue``; a seeded run learns the same at any lat
 JSON line of times to the target and ratios: a latency suite's prediction before it runs.
 ``--priced-by SUITE``: each step's compute seconds too are priced by its work (the load
 check's ``work_model``, fitted over SUITE's runs), so no machine's speed enters the times.
+``--measured SUITE``: the prediction's test, on that service's own runs (finished or not):
+each against its twin (the same name in the predicted suite), to its last evaluation.
 
 ``archive`` / ``restore``: a grid larger than one session goes on in the next from the
 repository. ``archive SUITE...`` copies every finished, final-evaluated run's ``config.yaml``,
@@ -197,6 +202,8 @@ def calibrate(a) -> int:
     import statistics
     import time
 
+    import torch
+
     from agentsearch.trainer.metrics import read_metrics
 
     cal = Path(a.out) / "calibration"
@@ -211,7 +218,8 @@ def calibrate(a) -> int:
     res = {"unix": stamp, "steps": a.steps, "s_per_step": statistics.fmean(x["time/step"] for xs in steps for x in xs),
            "phases": {k: statistics.fmean(x[f"time/{k}"] for xs in steps for x in xs)
                       for k in ("generate", "logprobs", "update")},
-           "tokens_per_step": statistics.fmean(x["tokens/generated"] for xs in steps for x in xs)}
+           "tokens_per_step": statistics.fmean(x["tokens/generated"] for xs in steps for x in xs),
+           "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     (cal / f"{stamp}.json").write_text(json.dumps(res, indent=1))
     shutil.rmtree(cal / f"run-{stamp}")
     print(json.dumps(res), flush=True)
@@ -278,7 +286,32 @@ def predict(a) -> int:
         price = model["price"]
     out = predict_on(loaded(Path(a.suite)), a.concurrency, a.mean, seed=a.seed, price=price)
     print(json.dumps({"suite": a.suite, "priced_by": a.priced_by, "price": price, **out}))
+    if a.measured:  # the prediction's test: the service's own runs, finished or not
+        _measured(Path(a.measured), loaded(Path(a.suite)), a, out["target"], price)
     return 0
+
+
+def _measured(suite: Path, twins: list, a, target: float, price: dict | None) -> None:
+    """``--measured``: each of SUITE's runs against its twin (``tool_queue.measured_against``),
+    then per seed each method's time over on_policy_larger's on each clock; JSON lines on stdout
+    and in SUITE/analysis/measured.jsonl."""
+    from agentsearch.analysis.pareto import analyse
+    from agentsearch.analysis.tool_queue import measured_against
+
+    started = sorted(r for r in suite.iterdir() if (r / "metrics.jsonl").exists())
+    twin = {r.name: r for r in twins}
+    rows = [dict(measured_against(r, twin[r.name], a.concurrency, a.mean, target, price, a.seed), seed=r.seed,
+                 method=r.label) for r in analyse(started, label_by="dir", time_scale=_reference_clock(suite))["_runs"]
+            if r.name in twin and r.points]
+    clocks = ("measured", "priced", "predicted")
+    for row in [r for r in rows if r["method"] != "on_policy_larger"]:
+        ref = next((r for r in rows if r["method"] == "on_policy_larger" and r["seed"] == row["seed"]), None)
+        if ref:
+            rows.append({"pair": f"{row['run']} / {ref['run']}",
+                         **{c: row[c] / ref[c] if row[c] and ref[c] else None for c in clocks}})
+    (suite / "analysis").mkdir(exist_ok=True)
+    (suite / "analysis" / "measured.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    print("".join(json.dumps(r) + "\n" for r in rows), end="")
 
 
 def report(a) -> int:
@@ -364,6 +397,7 @@ def main() -> int:
     q.add_argument("--mean", type=float, required=True, help="mean seconds a search call takes")
     q.add_argument("--seed", type=int, default=0, help="seed of the latency draws")
     q.add_argument("--priced-by", default=None, help="price compute by work, the prices fitted over this suite")
+    q.add_argument("--measured", default=None, help="a suite run under this service: its runs against the prediction")
     r = sub.add_parser("restore")
     r.add_argument("--source", default=str(ARCHIVE))
     r.add_argument("--out", default="runs/hard_world")
