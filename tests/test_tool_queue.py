@@ -14,6 +14,7 @@ from agentsearch.analysis.tool_queue import (
     measured_against,
     predict,
     queued_points,
+    same_seed_ratios,
     step_compute,
     step_wait,
 )
@@ -96,3 +97,12 @@ def test_a_measured_run_is_read_against_its_twins_prediction():
     assert plain["priced"] is None and plain["predicted"] == pytest.approx(20.0 + 2 * (4.0 - 1.0))
     # a target neither reaches
     assert measured_against(run, twin, 2, 1.0, 0.45, price, sigma=0.0)["measured"] is None
+
+
+def test_same_seed_ratios_pair_each_run_with_the_references_run_of_its_seed():
+    rows = [{"run": "hdr-s0", "method": "hdr", "seed": 0, "measured": 80.0, "priced": 90.0, "predicted": None},
+            {"run": "hdr-s1", "method": "hdr", "seed": 1, "measured": 50.0, "priced": 50.0, "predicted": 50.0},
+            {"run": "on_policy_larger-s0", "method": "on_policy_larger", "seed": 0,
+             "measured": 100.0, "priced": 100.0, "predicted": 100.0}]
+    assert same_seed_ratios(rows) == [{"pair": "hdr-s0 / on_policy_larger-s0", "measured": pytest.approx(0.8),
+                                       "priced": pytest.approx(0.9), "predicted": None}]  # hdr-s1: no reference run

@@ -15,7 +15,8 @@ import statistics
 from agentsearch.analysis.runs import Run
 from agentsearch.envs.tools.latency import ToolService, lognormal_s
 
-__all__ = ["makespan", "step_wait", "step_compute", "queued_points", "predict", "priced_by_work", "measured_against"]
+__all__ = ["makespan", "step_wait", "step_compute", "queued_points", "predict", "priced_by_work", "measured_against",
+           "same_seed_ratios"]
 
 
 def makespan(durations: list[float], slots: int) -> float:
@@ -148,3 +149,14 @@ def measured_against(run: Run, twin: Run, slots: int, mean_s: float, target: flo
             "step_to_target": step, "measured": measured,
             "priced": time_to(queued_points(run, slots, None, rng, sigma, price))[0] if price else None,
             "predicted": time_to(queued_points(twin_cut, slots, mean_s, random.Random(seed), sigma, price))[0]}
+
+
+def same_seed_ratios(rows: list[dict], reference: str = "on_policy_larger",
+                     clocks: tuple[str, ...] = ("measured", "priced", "predicted")) -> list[dict]:
+    """Per ``measured_against`` row (with its ``method`` and ``seed``) of another method than
+    ``reference``: its time to the target over ``reference``'s run of the same seed, on each
+    clock (None where either did not reach it or the clock is not given)."""
+    refs = {r["seed"]: r for r in rows if r["method"] == reference}
+    return [{"pair": f"{r['run']} / {refs[r['seed']]['run']}",
+             **{c: r[c] / refs[r["seed"]][c] if r[c] and refs[r["seed"]][c] else None for c in clocks}}
+            for r in rows if r["method"] != reference and r["seed"] in refs]

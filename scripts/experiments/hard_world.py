@@ -296,19 +296,14 @@ def _measured(suite: Path, twins: list, a, target: float, price: dict | None) ->
     then per seed each method's time over on_policy_larger's on each clock; JSON lines on stdout
     and in SUITE/analysis/measured.jsonl."""
     from agentsearch.analysis.pareto import analyse
-    from agentsearch.analysis.tool_queue import measured_against
+    from agentsearch.analysis.tool_queue import measured_against, same_seed_ratios
 
     started = sorted(r for r in suite.iterdir() if (r / "metrics.jsonl").exists())
     twin = {r.name: r for r in twins}
     rows = [dict(measured_against(r, twin[r.name], a.concurrency, a.mean, target, price, a.seed), seed=r.seed,
                  method=r.label) for r in analyse(started, label_by="dir", time_scale=_reference_clock(suite))["_runs"]
             if r.name in twin and r.points]
-    clocks = ("measured", "priced", "predicted")
-    for row in [r for r in rows if r["method"] != "on_policy_larger"]:
-        ref = next((r for r in rows if r["method"] == "on_policy_larger" and r["seed"] == row["seed"]), None)
-        if ref:
-            rows.append({"pair": f"{row['run']} / {ref['run']}",
-                         **{c: row[c] / ref[c] if row[c] and ref[c] else None for c in clocks}})
+    rows += same_seed_ratios(rows)
     (suite / "analysis").mkdir(exist_ok=True)
     (suite / "analysis" / "measured.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     print("".join(json.dumps(r) + "\n" for r in rows), end="")
