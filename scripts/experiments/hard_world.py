@@ -30,12 +30,9 @@ the same suite, seeds 0-2; the report's replay table has its accept rates.
 
 ``calibrate``: this machine's speed, since each session gets a fresh machine and they differ
 (1.8x on 2026-12-02): the first ``--steps`` (12) steps of on-policy GRPO on ``tiny-chains`` at
-seed 1 (deterministic work: the same tokens every time on one CPU kind), two copies at once as
-the grid runs two, into ``OUT/calibration/<unix>.json`` (seconds per step, tokens per step and
-torch's CPU capability; the runs' folders are removed). A seeded run replays token for token
-only on the same CPU kind: 1,620.75 tokens a step on every machine to 2026-12-04 afternoon,
-1,573.5 on an AVX2-only AMD EPYC that evening, whose runs then learned along another path.
-``compare`` calibrates first (``--no-calibrate`` skips it); ``report`` gives each run the last
+seed 1 (the same tokens every time on one CPU kind: seeded runs replay only within one), two
+copies at once as the grid runs two, into ``OUT/calibration/<unix>.json`` (seconds and tokens
+per step, torch's CPU capability; the runs' folders are removed). ``compare`` calibrates first (``--no-calibrate`` skips it); ``report`` gives each run the last
 calibration before its first record and scales its seconds by it to the reference machine
 (``analysis.hard_world.REFERENCE_S_PER_STEP``) before any time column is computed, all but the
 seconds spent waiting on tools (``time/env``), which do not depend on the machine.
@@ -47,8 +44,7 @@ per-hop success of its own episodes); written to ``RUN/final_evals.json`` (a run
 is skipped).
 
 ``report``: per suite folder, ``analysis.hard_world.report`` plus the final evals, into
-``SUITE/analysis/``; one JSON line per suite on stdout. Only finished runs (those with
-``final_evals.json``) count: a run still training is named on stderr and left out.
+``SUITE/analysis/``; one JSON line per suite. Only finished runs (with ``final_evals.json``) count.
 
 ``predict SUITE --concurrency K --mean M``: the suite's finished runs with each step's tool
 wait replaced by what a search service of K slots (0: unlimited) and M seconds a call would
@@ -63,8 +59,7 @@ each against its twin (the same name in the predicted suite), to its last evalua
 repository. ``archive SUITE...`` copies every finished, final-evaluated run's ``config.yaml``,
 ``metrics.jsonl`` (gzipped) and ``final_evals.json`` into ``docs/results/hard_world/runs/``
 (no weights), and the machine calibrations into ``runs/calibration/``; ``restore`` puts them
-back under ``--out``, the runs marked ``archived.json``, so the suite skips them and the report
-reads them.
+back under ``--out`` (marked ``archived.json``): the suite skips them, the report reads them.
 
 Every command is resumable: rerun it and finished runs are skipped.
 """
