@@ -32,10 +32,10 @@ the same suite, seeds 0-2; the report's replay table has its accept rates.
 (1.8x on 2026-12-02): the first ``--steps`` (12) steps of on-policy GRPO on ``tiny-chains`` at
 seed 1 (the same tokens every time on one CPU kind: seeded runs replay only within one), two
 copies at once as the grid runs two, into ``OUT/calibration/<unix>.json`` (seconds and tokens
-per step, torch's CPU capability; the runs' folders are removed). ``compare`` calibrates first (``--no-calibrate`` skips it); ``report`` gives each run the last
-calibration before its first record and scales its seconds by it to the reference machine
-(``analysis.hard_world.REFERENCE_S_PER_STEP``) before any time column is computed, all but the
-seconds spent waiting on tools (``time/env``), which do not depend on the machine.
+per step, torch's CPU capability; the runs' folders are removed). ``compare`` calibrates first
+(``--no-calibrate`` skips it); ``report`` scales each run's seconds by the last calibration
+before its first record to the reference machine (``hard_world.REFERENCE_S_PER_STEP``) before
+any time column is computed, all but the seconds waiting on tools (``time/env``).
 
 ``finals``: every finished run's final model scored again: 8 samples at temperature 1 on the
 dev slice (pass@1/4/8), greedily on a chain world never used in development (world seed
