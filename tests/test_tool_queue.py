@@ -17,6 +17,7 @@ from agentsearch.analysis.tool_queue import (
     same_seed_ratios,
     step_compute,
     step_wait,
+    turn_calls,
 )
 
 
@@ -27,12 +28,45 @@ def test_makespan_serves_first_come_first_served():
     assert makespan([1.0] * 8, 1) == 8.0 and makespan([], 3) == 0.0
 
 
-def test_step_wait_spreads_calls_over_the_searching_turns():
+def test_step_wait_serves_each_turns_calls_together():
     rng = random.Random(0)  # sigma 0: every call takes exactly the mean
-    assert step_wait(12, 4, 4, 1.0, rng, sigma=0.0) == pytest.approx(3.0)  # 3 turns x 4 calls, 4 slots
-    assert step_wait(12, 4, 2, 1.0, rng, sigma=0.0) == pytest.approx(6.0)  # 2 rounds a turn
-    assert step_wait(12, 4, 0, 0.5, rng, sigma=0.0) == pytest.approx(1.5)  # unlimited: a call a turn
-    assert step_wait(0, 1, 4, 1.0, rng, sigma=0.0) == 0.0
+    assert step_wait([4, 4, 4], 4, 1.0, rng, sigma=0.0) == pytest.approx(3.0)  # 3 turns x 4 calls, 4 slots
+    assert step_wait([4, 4, 4], 2, 1.0, rng, sigma=0.0) == pytest.approx(6.0)  # 2 rounds a turn
+    assert step_wait([4, 4, 4], 0, 0.5, rng, sigma=0.0) == pytest.approx(1.5)  # unlimited: a call a turn
+    assert step_wait([], 4, 1.0, rng, sigma=0.0) == 0.0
+
+
+def test_turn_calls_reads_the_logged_turns_and_falls_back_for_old_records():
+    # an old record: 12 calls spread over the 3 searching turns of 4
+    assert turn_calls({"rollout/tool_calls": 12, "rollout/generate_calls": 4}) == [4, 4, 4]
+    assert turn_calls({"rollout/tool_calls_by_turn": [5, 3, 0]}) == [5.0, 3.0, 0.0]
+
+
+def test_regeneration_rounds_are_modelled_from_their_own_turns():
+    """Two lock-step rounds of 3 turns (DAPO regeneration): 4 searching turns of 4 calls and two
+    answering turns. On 4 slots at 1 s that is 4 s of waiting; spreading the 16 calls over
+    generate_calls - 1 = 5 turns (the old model) said 5 s."""
+    rec = {"step": 1, "rollout/tool_calls": 16, "rollout/generate_calls": 6, "time/env": 4.0,
+           "rollout/tool_calls_by_turn": [4, 4, 0, 4, 4, 0]}
+    run = Run(path=Path("r-s0"), records=[rec], points=[(0.0, 0.1, 0), (10.0, 0.2, 1)], label="r")
+    assert queued_points(run, 4, 1.0, random.Random(0), sigma=0.0)[-1][0] == pytest.approx(10.0)
+
+
+def test_the_lock_step_rollout_logs_its_calls_turn_by_turn():
+    from agentsearch.envs import SearchEnv
+    from agentsearch.models import load_tokenizer
+    from agentsearch.rollout import SamplingParams, ScriptedBackend, rollout
+    from agentsearch.warmstart.search_oracle import world_oracle
+
+    tasks, policy = world_oracle(split="dev", turn_format="tags")
+    tasks = [t for t in tasks if len(t["gold_doc_ids"]) == 2][:2] + \
+        [t for t in tasks if len(t["gold_doc_ids"]) == 1][:2]
+    _, stats = rollout(lambda: SearchEnv(split="dev"), tasks, ScriptedBackend(load_tokenizer("tiny"), policy),
+                       SamplingParams(max_new_tokens=256), n_per_task=2, seed=0)
+    # turn 1: all 8 episodes search; turn 2: the 4 two-hop ones search again, the rest answer
+    assert stats.metrics()["rollout/tool_calls_by_turn"] == [8, 4, 0]
+    merged = stats.merged(stats)  # a regeneration round: its turns follow the first round's
+    assert merged.tool_calls_by_turn == [8, 4, 0, 8, 4, 0] and merged.tool_calls == 24
 
 
 def _run(name: str, label: str, evals: dict[int, float], seconds_per_step: float, calls: float, env: float) -> Run:

@@ -15,7 +15,7 @@ import statistics
 from agentsearch.analysis.runs import Run
 from agentsearch.envs.tools.latency import ToolService, lognormal_s
 
-__all__ = ["makespan", "step_wait", "step_compute", "queued_points", "predict", "priced_by_work", "measured_against",
+__all__ = ["makespan", "turn_calls", "step_wait", "step_compute", "queued_points", "predict", "priced_by_work", "measured_against",
            "same_seed_ratios"]
 
 
@@ -30,14 +30,25 @@ def makespan(durations: list[float], slots: int) -> float:
     return max(service.reserve(d, now=0.0) for d in durations)
 
 
-def step_wait(calls: float, turns: int, slots: int, mean_s: float, rng: random.Random,
-              sigma: float = 0.5) -> float:
-    """The tool wait of one lock-step step: ``calls`` spread evenly over the ``turns - 1``
-    turns that search (the last turn answers), each call log-normal with mean ``mean_s``."""
+def turn_calls(record: dict) -> list[float]:
+    """A logged step's tool calls, turn by turn: ``rollout/tool_calls_by_turn`` where the step
+    logged it (lock-step rollouts since it exists; regeneration rounds each count their own
+    turns), else the older estimate: ``rollout/tool_calls`` spread evenly over the
+    ``rollout/generate_calls - 1`` turns that search (the last turn answers). That estimate is
+    wrong under regeneration (every round has an answering turn) and for uneven turns."""
+    if (by_turn := record.get("rollout/tool_calls_by_turn")) is not None:
+        return [float(c) for c in by_turn]
+    calls, turns = float(record.get("rollout/tool_calls", 0)), int(record.get("rollout/generate_calls", 1))
     searching = max(turns - 1, 1)
-    per_turn = int(round(calls / searching))
-    return sum(makespan([lognormal_s(rng, mean_s, sigma) for _ in range(per_turn)], slots)
-               for _ in range(searching))
+    return [round(calls / searching)] * searching
+
+
+def step_wait(calls_by_turn: list[float], slots: int, mean_s: float, rng: random.Random,
+              sigma: float = 0.5) -> float:
+    """The tool wait of one lock-step step: each turn's calls arrive together and wait in the
+    service (``makespan``), each call log-normal with mean ``mean_s``; turns follow each other."""
+    return sum(makespan([lognormal_s(rng, mean_s, sigma) for _ in range(int(c))], slots)
+               for c in calls_by_turn)
 
 
 def step_compute(record: dict, price: dict[str, float]) -> float:
@@ -49,7 +60,7 @@ def step_compute(record: dict, price: dict[str, float]) -> float:
 def queued_points(run: Run, slots: int, mean_s: float | None, rng: random.Random, sigma: float = 0.5,
                   price: dict[str, float] | None = None) -> list[tuple[float, float, int]]:
     """The run's evaluation points (seconds, value, step) with every step's ``time/env``
-    replaced by ``step_wait`` of its ``rollout/tool_calls`` and ``rollout/generate_calls``
+    replaced by ``step_wait`` of its calls turn by turn (``turn_calls``)
     (``mean_s`` None: the measured ``time/env`` kept). With ``price``, every step's compute is
     ``step_compute`` too: a clock that no machine's speed or load enters, only the run's work
     and the service."""
@@ -60,7 +71,7 @@ def queued_points(run: Run, slots: int, mean_s: float | None, rng: random.Random
     for s in sorted(steps):
         r = steps[s]
         wait = float(r.get("time/env") or 0.0) if mean_s is None else step_wait(
-            float(r.get("rollout/tool_calls", 0)), int(r.get("rollout/generate_calls", 1)), slots, mean_s, rng, sigma)
+            turn_calls(r), slots, mean_s, rng, sigma)
         clock += wait + (step_compute(r, price) if price else -float(r.get("time/env") or 0.0))
         at[s] = clock
     return [((0.0 if price else t) + at.get(step, 0.0), q, step) for t, q, step in run.points]
@@ -133,8 +144,7 @@ def measured_against(run: Run, twin: Run, slots: int, mean_s: float, target: flo
     steps = [r for r in {r["step"]: r for r in run.records if isinstance(r.get("step"), int)}.values()
              if 0 < r["step"] <= last]  # a re-logged step counts once: its last record
     rng = random.Random(seed)
-    modelled = [step_wait(float(r.get("rollout/tool_calls", 0)), int(r.get("rollout/generate_calls", 1)),
-                          slots, mean_s, rng, sigma) for r in steps]
+    modelled = [step_wait(turn_calls(r), slots, mean_s, rng, sigma) for r in steps]
 
     def time_to(points) -> tuple[float | None, int | None]:
         return next(((t, step) for t, q, step in points if q >= target - 1e-12), (None, None))

@@ -93,7 +93,9 @@ async def arollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | 
                     if (a := take_generation(r, g, tok, max_seq_len, stats)) is not None]
         stats.time_tokenize += time.perf_counter() - t0
         t0 = time.perf_counter()
+        calls_before = sum(r.info["tool_calls"] for r, _ in stepping)
         results = await asyncio.gather(*(step_env(r, a) for r, a in stepping))
+        stats.tool_calls_by_turn.append(sum(r.info["tool_calls"] for r, _ in stepping) - calls_before)
         reward_s = sum(res[3] for res in results)
         stats.time_reward += reward_s
         stats.time_env += time.perf_counter() - t0 - reward_s

@@ -68,6 +68,10 @@ class RolloutStats:
     tokens_generated: int = 0
     turns: int = 0
     tool_calls: int = 0
+    tool_calls_by_turn: list[int] = field(default_factory=list)
+    """Lock-step rollouts: the tool calls of each turn, in order (one entry per batched
+    generation call; the calls of one turn wait in a search service together). Regeneration
+    rounds concatenate. Empty for a streaming rollout, whose episodes have no common turns."""
     tool_errors: int = 0
     infra_errors: int = 0
     """Infrastructure errors its tool calls waited out (``core.reliability``); none reached an episode."""
@@ -107,6 +111,7 @@ class RolloutStats:
                "rollout/tokens_generated": float(self.tokens_generated),
                "rollout/turns_mean": self.turns / n, "rollout/tool_calls": float(self.tool_calls),
                "rollout/tool_errors": float(self.tool_errors),
+               "rollout/tool_calls_by_turn": list(self.tool_calls_by_turn),
                "rollout/tool_error_rate": self.tool_errors / max(self.tool_calls, 1),
                "rollout/infra_errors": float(self.infra_errors),
                "rollout/malformed_turn_rate": self.malformed_turns / max(self.turns, 1),
