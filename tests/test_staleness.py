@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from agentsearch.algorithms.staleness import decoupled_weights, gate_stale_groups, group_staleness
@@ -53,3 +54,60 @@ def test_gate_keeps_fresh_and_low_drift_groups_and_drops_the_rest():
     assert mb["adv"].shape == mb["ids"].shape
     assert torch.allclose(mb["adv"][2], torch.tensor([math.exp(0.1), math.exp(-0.1)]))  # b's response 0, A=1
     assert torch.allclose(mb["adv"][0], torch.tensor([1.0, 1.0]))  # a's response 0: unweighted
+
+
+# --- fresh groups through the trainer's gate (trainer.rollouts.fresh_groups)
+
+def _turned_episode(task, engine_lps, reward, versions=(0, 1)):
+    """Prompt (2 tokens), turn 1 (2 tokens, ``versions[0]``), an observation (1 token), turn 2
+    (2 tokens, ``versions[1]``)."""
+    from agentsearch.rollout import Episode
+
+    turns = [{"new_tokens": 2, "obs_tokens": 1, "version": versions[0]},
+             {"new_tokens": 2, "obs_tokens": 0, "version": versions[1]}]
+    return Episode(task_id=task, token_ids=[1, 2, 3, 4, 5, 6, 7], action_mask=[0, 0, 1, 1, 0, 1, 1],
+                   gen_logprobs=engine_lps, prompt_len=2, reward=reward, reward_components={},
+                   answer_correct=reward > 0, terminated=True, truncated=False, num_turns=2,
+                   info={"turns": turns})
+
+
+ENGINE = [0, 0, -1.0, -2.0, 0, -0.5, -1.5]
+
+
+def _fresh(drift_kind, stale_gap, current_gap, *, tau=0.01):
+    """One stale group (turn 1 sampled by version 0, turn 2 by version 1 = the trainer's); the
+    trainer's logprobs differ from the engine's by ``stale_gap`` on turn 1's tokens (drift: the
+    weights moved) and by ``current_gap`` on turn 2's (same weights: numerics only)."""
+    from types import SimpleNamespace
+
+    from agentsearch.core.config import apply_overrides
+    from agentsearch.trainer.rollouts import fresh_groups
+    from agentsearch.trainer.train_config import TrainConfig
+
+    cfg = apply_overrides(TrainConfig, "tiny", ["group_size=2", "async.enabled=true",
+                                                "async.max_staleness=1", f"replay.tau={tau}",
+                                                f"replay.drift_kind={drift_kind}"])
+    eps = [_turned_episode("a", ENGINE, 1.0), _turned_episode("a", ENGINE, 0.0)]
+    gap = torch.tensor([[0, 0, *stale_gap, 0, current_gap, current_gap]] * 2)
+
+    def score_fn(groups):  # the trainer's forward, as it differs from the engine's logprobs
+        return [g.gen_logprobs + gap for g in groups]
+
+    return fresh_groups(cfg, eps, 5, 1, SimpleNamespace(pad_token_id=0), score_fn)
+
+
+def test_the_stale_gate_measures_drift_on_the_stale_turns_only():
+    # turn 1: drift 0.05^2 = 0.0025 <= tau; turn 2's 0.5 gap is the same weights' numerics
+    _, used, weights, m = _fresh("l2", (0.05, 0.05), 0.5)
+    assert len(used) == 1 and m["async/dropped_by_drift"] == 0
+    assert math.isclose(m["async/drift_fresh_mean"], 0.0025, rel_tol=1e-4)
+    # the decoupled weight corrects the stale turn's tokens; turn 2's were sampled by prox itself
+    e = math.exp(0.05)
+    assert torch.allclose(weights[0][0], torch.tensor([1, 1, e, e, 1, 1, 1.0]))
+
+
+@pytest.mark.parametrize("kind,kept", [("l2", False), ("l1", True)])
+def test_the_stale_gate_honours_the_drift_kind(kind, kept):
+    # gaps +0.2 and -0.2 on the stale turn: l2 = 0.04 > tau, l1 = |mean| = 0 <= tau
+    _, used, _, m = _fresh(kind, (0.2, -0.2), 0.0)
+    assert (len(used) == 1) is kept and m["async/dropped_by_drift"] == (0 if kept else 1)

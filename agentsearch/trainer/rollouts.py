@@ -21,7 +21,7 @@ import math
 from dataclasses import replace
 
 from agentsearch.algorithms.grouping import episodes_to_groups, rescore
-from agentsearch.algorithms.staleness import gate_stale_groups, group_staleness
+from agentsearch.algorithms.staleness import gate_stale_groups, group_staleness, stale_token_mask
 from agentsearch.core.reliability import OutageError
 from agentsearch.rollout import EventLoop, SamplingParams, arollout, derive_seed
 from agentsearch.rollout.engines import make_stream_engine
@@ -157,11 +157,16 @@ def fresh_groups(cfg: TrainConfig, episodes: list, step: int, version: int, tok,
                                         advantage_scale=cfg.advantage_scale, overlong=cfg.overlong_shaping(),
                                         pixel_fn=getattr(tok, "pixel_values", None))
     n = cfg.group_size
-    staleness = [group_staleness([[t.get("version") for t in e.info["turns"]] for e in episodes[i * n:(i + 1) * n]],
-                                 version) for i in range(len(fresh))]
+    eps = [episodes[i * n:(i + 1) * n] for i in range(len(fresh))]
+    staleness = [group_staleness([[t.get("version") for t in e.info["turns"]] for e in ep], version)
+                 for ep in eps]
+    stale = [stale_token_mask(ep, g.token_ids.shape[1], version) if s else None
+             for ep, g, s in zip(eps, fresh, staleness)]
     behaviour = [g.gen_logprobs.clone() if s else None for g, s in zip(fresh, staleness)]  # the engine's
     metrics.update(rescore(fresh, score_fn))
-    used, weights, smetrics = gate_stale_groups(fresh, behaviour, staleness, tau=cfg.replay.tau, cap=cfg.async_.is_cap)
+    used, weights, smetrics = gate_stale_groups(fresh, behaviour, staleness, tau=cfg.replay.tau,
+                                                cap=cfg.async_.is_cap, stale_masks=stale,
+                                                drift_kind=cfg.replay.drift_kind)
     if cfg.async_.enabled:
         metrics.update(smetrics)
     return fresh, used, weights, metrics
