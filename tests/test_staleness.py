@@ -111,3 +111,41 @@ def test_the_stale_gate_honours_the_drift_kind(kind, kept):
     # gaps +0.2 and -0.2 on the stale turn: l2 = 0.04 > tau, l1 = |mean| = 0 <= tau
     _, used, _, m = _fresh(kind, (0.2, -0.2), 0.0)
     assert (len(used) == 1) is kept and m["async/dropped_by_drift"] == (0 if kept else 1)
+
+
+def test_stored_groups_keep_the_logprobs_of_the_policy_that_sampled_them():
+    """A gate-rejected stale group never reaches the buffer; a kept one is stored with the
+    engine's (behaviour) logprobs on its stale turn, so replay measures its drift from the
+    policy that sampled it; the update takes it with the trainer's (proximal) logprobs."""
+    from types import SimpleNamespace
+
+    from agentsearch.core.config import apply_overrides
+    from agentsearch.replay import policy_drift
+    from agentsearch.trainer.rollouts import fresh_groups
+    from agentsearch.trainer.train_config import TrainConfig
+
+    cfg = apply_overrides(TrainConfig, "tiny", ["group_size=2", "async.enabled=true",
+                                                "async.max_staleness=1", "replay.tau=0.01"])
+    versions = {"now": (1, 1), "far": (0, 1), "near": (0, 1)}
+    eps = [_turned_episode(t, ENGINE, r, versions[t]) for t in versions for r in (1.0, 0.0)]
+    stale_gap = {"now": 0.0, "far": 0.5, "near": 0.05}  # turn 1: the weights moved by this much
+    gap = {t: torch.tensor([[0, 0, d, d, 0, 0.01, 0.01]] * 2) for t, d in stale_gap.items()}
+
+    def trainer(groups):  # the trainer's forward: the engine's logprobs plus each group's gap
+        return [g.gen_logprobs + gap[g.prompt_id] for g in groups]
+
+    tok = SimpleNamespace(pad_token_id=0)
+    stored, used, weights, _ = fresh_groups(cfg, eps, 5, 1, tok, trainer)
+    assert [g.prompt_id for g in used] == ["now", "near"] and weights[0] is None
+    assert [g.prompt_id for g in stored] == ["now", "near"]  # "far" failed the gate
+    engine = torch.tensor([ENGINE] * 2)
+    now, near = stored
+    assert torch.allclose(now.gen_logprobs, engine + gap["now"])  # sampled by the trainer's weights
+    stale = torch.tensor([[0, 0, 1, 1, 0, 0, 0]] * 2).bool()
+    assert torch.allclose(near.gen_logprobs, torch.where(stale, engine, engine + gap["near"]))
+    assert torch.allclose(used[1].gen_logprobs, engine + gap["near"])  # prox: ratio denominator
+    # replay's drift of the stored group under the unchanged policy: its stale turn's, not 0
+    prox = [engine + gap[g.prompt_id] for g in stored]
+    assert float(policy_drift(prox[0], now.gen_logprobs, now.action_mask)) == 0.0
+    assert math.isclose(float(policy_drift(prox[1], near.gen_logprobs, near.action_mask)),
+                        4 * 0.05 ** 2 / 8, rel_tol=1e-4)

@@ -7,7 +7,9 @@ overlong shaping if enabled), ``answer_correct``, and group-relative advantages.
 The stored ``gen_logprobs`` are the *trainer's* logprobs of the sampled tokens, computed
 by one teacher-forced forward right after generation (``rescore``), not the generation
 engine's: replay's drift gate then measures how far the policy has moved, not vLLM-vs-
-transformers numerics. The engine-vs-trainer gap is logged as ``rollout/logprob_gap``.
+transformers numerics. The engine-vs-trainer gap is logged as ``rollout/logprob_gap``. (A
+stale group's tokens sampled by older weights are stored with the engine's logprobs:
+``staleness.as_sampled``.)
 """
 
 from __future__ import annotations

@@ -22,11 +22,14 @@ the trainer's) were sampled by another policy; a turn of the trainer's own versi
 by ``prox`` itself, so its weight is 1 (an engine-vs-trainer gap there is numerics, not drift).
 Drift as the staleness control: a stale group's Policy Drift (``replay.scores.policy_drift``
 of kind ``replay.drift_kind``, the quantity HDR gates replayed groups by) between ``prox`` and
-``behav`` over its stale tokens above ``tau`` keeps it out of the update.
+``behav`` over its stale tokens above ``tau`` keeps it out of the update and out of the replay
+buffer (replayed, it would train once more on what the gate refused). A stale group that
+passes is stored ``as_sampled``: with the behaviour logprobs of its stale tokens.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import torch
@@ -35,7 +38,8 @@ from torch import Tensor
 from agentsearch.replay import ReplayGroup, policy_drift
 from agentsearch.rollout import Episode
 
-__all__ = ["decoupled_weights", "gate_stale_groups", "group_staleness", "stale_token_mask"]
+__all__ = ["decoupled_weights", "gate_stale_groups", "group_staleness", "stale_token_mask",
+           "as_sampled"]
 
 
 def decoupled_weights(prox: Tensor, behav: Tensor, mask: Tensor, cap: float) -> Tensor:
@@ -67,6 +71,15 @@ def stale_token_mask(episodes: Sequence[Episode], T: int, current: int) -> Tenso
             else old.any().expand(len(policy))  # [P]
         out[i, policy] = per_token
     return out
+
+
+def as_sampled(group: ReplayGroup, behav: Tensor, stale: Tensor) -> ReplayGroup:
+    """A stale group as the replay buffer stores it: ``gen_logprobs`` the logprobs of the
+    policies that sampled its tokens, the engine's (``behav`` [n, T]) on its ``stale`` [n, T]
+    tokens and the trainer's (``group``'s, the same weights) on the others, so replay's drift
+    and ratio are taken to the policy that sampled it. A new group; ``group`` keeps the
+    proximal logprobs this step's update takes as its ratio denominator."""
+    return dataclasses.replace(group, gen_logprobs=torch.where(stale, behav, group.gen_logprobs))
 
 
 def gate_stale_groups(groups: list[ReplayGroup], behaviour: list[Tensor | None],

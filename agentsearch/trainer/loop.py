@@ -17,7 +17,8 @@ One step (the phase names are the ``time/*`` keys):
    by drift <= tau, scored chunk by chunk with the current policy).
 4. ``update``: one optimizer step on fresh + replayed groups (replayed tokens keep their
    stored generation-time logprobs and advantages).
-5. ingress: fresh groups with mixed outcomes enter the buffer, *after* the update.
+5. ingress: fresh groups with mixed outcomes enter the buffer, *after* the update (stale ones
+   that passed the gate, with their behaviour logprobs).
 6. ``sync``: the new weights go to the generation engine.
 7. metrics, then (excluded from training time) ``eval`` and ``checkpoint``.
 
@@ -196,7 +197,8 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
             # trainer's thread beside the next step's rollout
             # 2. logprobs: the trainer's own logprobs become the ratio denominator and the replay state
             with timer.phase("logprobs"):  # (stale groups pass the drift gate: algorithms/staleness.py)
-                fresh, used, weights, gmetrics = fresh_groups(cfg, episodes, step, version, tok, score_fn)
+                stored, used, weights, gmetrics = fresh_groups(cfg, episodes, step, version, tok,
+                                                               score_fn)
             # 3. replay_scan: choose stored groups (only those stored before this step)
             with timer.phase("replay_scan"):  # (plus the slots the fresh groups left empty: top-up)
                 short = int(rstats.extra_metrics.get("async/fresh_short", 0))
@@ -210,7 +212,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
                 tmetrics = policy_update(model, optimizer, scheduler, rows, cfg,
                                          ref_logprobs_fn=ref_logprobs if cfg.kl_coef > 0 else None)
             # 5. ingress: after the update, mixed-outcome fresh groups enter the buffer
-            admitted = replay.add(fresh, step)
+            admitted = replay.add(stored, step)
             # 6. sync: new weights to the generation engine (with overlap, mid-rollout)
             with timer.phase("sync"):
                 rollouts.sync(model)
