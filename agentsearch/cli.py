@@ -12,7 +12,20 @@ import os
 import sys
 
 
+class _DropNotice:
+    """A logging filter that drops records whose message starts with ``prefix``."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+
+    def filter(self, record) -> bool:
+        return not str(record.msg).startswith(self.prefix)
+
+
 def _quiet_env() -> None:
+    """One progress line per phase is ours to print; the libraries' chatter is not shown.
+    Each setting names what it silences (all are ``setdefault``: a user's own value wins)."""
+    import logging
     import warnings
 
     warnings.filterwarnings("ignore", message="The pynvml package is deprecated")
@@ -22,6 +35,15 @@ def _quiet_env() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    # transformers' "Loading weights" / "Writing model shards" bars read huggingface_hub's switch
+    # when transformers is imported; the GGUF conversion's bar (plain tqdm.auto) reads tqdm's.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    # DeepSpeed (imported by transformers' save_pretrained, via accelerate, when installed)
+    # warns "Setting accelerator to CPU" on every machine without a GPU. Its logger sets its
+    # own level on import, so a level set here would not hold; a filter on the logger does.
+    logging.getLogger("DeepSpeed").addFilter(_DropNotice("Setting accelerator to CPU"))
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # "generated new fontManager"
 
 
 def cmd_world(a) -> int:

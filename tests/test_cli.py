@@ -53,3 +53,27 @@ def test_demo_reruns_into_a_new_folder_and_prints_its_table(tmp_path, monkeypatc
     # an explicit --out that already holds a run is refused, never overwritten
     assert main(["demo", "--out", str(runs[0]), *DEMO_SMALL]) == 2
     assert "already holds a run" in capsys.readouterr().err
+
+
+CHATTER = ("it/s]", "Loading weights", "Writing model shards", "Setting accelerator to CPU",
+           "Building index from tokens", "fontManager")
+
+
+@pytest.mark.slow
+def test_a_training_run_prints_its_own_lines_and_none_of_the_libraries(tmp_path):
+    """Off a terminal (CI, a log file): the progress lines, and none of transformers' bars,
+    DeepSpeed's accelerator notice or bm25s's debug lines (a shipped base loaded, the BM25
+    index built, the final model saved)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE", "PYTHONWARNINGS")}
+    env["AGENTSEARCH_CACHE"] = str(tmp_path / "cache")  # the world's BM25 index is built afresh
+    out = subprocess.run(
+        [sys.executable, "-m", "agentsearch.cli", "train", "--preset", "tiny", "--out", str(tmp_path / "run"),
+         "steps=1", "prompts_per_step=2", "group_size=2", "eval.limit=4", "threads=1", "tensorboard=false"],
+        capture_output=True, text=True, env=env, timeout=300)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-3000:]
+    assert "[train] 1/1" in text and (tmp_path / "run" / "final").is_dir()
+    assert not [c for c in CHATTER if c in text], text[-3000:]

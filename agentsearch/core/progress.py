@@ -2,8 +2,10 @@
 
 On a terminal it redraws one line. When the stream is not a terminal (a log file, CI,
 ``make demo | tee``), a redrawn line would show nothing until the end, so it prints one
-plain line every ``every`` units (default: every 10% of the total) and whenever asked
-(``force``, e.g. at an eval), so long work shows progress in any log.
+plain line every ``every`` units (default: every 10% of the total), whenever asked
+(``force``, e.g. at an eval), and at the first unit done ``interval_s`` seconds after the last
+line (slow units, e.g. a real LM's RL step of minutes: the log never stays quiet for long), so
+long work shows progress in any log.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ class Progress:
     """
 
     def __init__(self, total: int, desc: str, *, start: int = 0, every: int | None = None,
-                 stream=None, enabled: bool = True):
+                 stream=None, enabled: bool = True, interval_s: float = 60.0):
         self.total, self.desc, self.done = max(0, total), desc, start
         # every=0 (e.g. ``sft.log_every=0``: "never") prints no periodic line, not a division by 0
         self.every = max(1, every if every is not None else self.total // 10)
@@ -30,6 +32,7 @@ class Progress:
         self.tty = self.enabled and getattr(self.stream, "isatty", lambda: False)()
         self._start, self._t0 = start, time.perf_counter()
         self._next = (start // self.every + 1) * self.every  # the next plain line, in units
+        self.interval_s, self._printed = interval_s, self._t0  # ... or after interval_s seconds
         self._open = False
 
     def line(self, info: str = "") -> str:
@@ -47,9 +50,11 @@ class Progress:
         if self.tty:
             self.stream.write("\r" + self.line(info) + "\x1b[K")
             self._open = True
-        elif force or self.done >= self._next or self.done == self.total:
+        elif (force or self.done >= self._next or self.done == self.total
+              or time.perf_counter() - self._printed >= self.interval_s):
             self.stream.write(self.line(info) + "\n")
             self._next = (self.done // self.every + 1) * self.every
+            self._printed = time.perf_counter()
         self.stream.flush()
 
     def advance(self, n: int = 1, info: str = "") -> None:

@@ -164,6 +164,7 @@ def smollm2_path() -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, fname = _gguf_source()
+    print(f"converting the offline SmolLM2 ({fname}) to safetensors in {out} (once, ~20 s)", flush=True)
     tok = _with_tool_template(AutoTokenizer.from_pretrained(folder, gguf_file=fname))
     gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=fname)
     # A model loaded from GGUF is marked quantized and refuses save_pretrained, even though

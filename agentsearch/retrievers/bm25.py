@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import re
 import threading
 from pathlib import Path
@@ -43,6 +44,15 @@ def _s_stem(w: str) -> str:
             return w[:-1]
     return w
 
+
+
+def _bm25s():
+    """bm25s, with its logger at WARNING: on import it sets its own logger to DEBUG, which
+    prints "Building index from tokens" for every index through the root handler."""
+    import bm25s
+
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    return bm25s
 
 class Analyzer:
     """Text -> terms: lower-case, ``\\w+`` tokens, stop words out, stemmed."""
@@ -122,8 +132,7 @@ class Bm25sRetriever(SyncRetrieverMixin):
     def build(cls, docs: DocStore, out_dir: Path, *, progress=None, stemmer: str = "auto",
               k1: float = 0.9, b: float = 0.4, **_) -> dict:
         """Write the bm25s arrays into ``out_dir``; return the manifest fields."""
-        import bm25s
-
+        bm25s = _bm25s()
         analyzer = Analyzer(stemmer)
         tokens = []
         step = max(1, len(docs) // 100)
@@ -144,8 +153,7 @@ class Bm25sRetriever(SyncRetrieverMixin):
              backend: str = "auto", **_):
         """Open the index. ``backend``: ``"numba"`` (compiled, parallel; 10-30x faster than
         numpy on 10k+ documents), ``"numpy"``, or ``"auto"`` (numba when installed)."""
-        import bm25s
-
+        bm25s = _bm25s()
         if backend == "auto":
             backend = "numba" if importlib.util.find_spec("numba") else "numpy"
         if backend not in ("numpy", "numba"):

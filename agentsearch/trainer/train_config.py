@@ -121,8 +121,9 @@ class SFTConfig:
     ``head`` (``warmstart/math_oracle.py``)."""
     pretrain_strategies: dict | None = None
     """The population's shares in pretraining (None: ``strategies``)."""
-    log_every: int = 100
-    """Print a progress line every N warm-start steps (0 = never)."""
+    log_every: int | None = None
+    """Print a progress line every N warm-start steps (None: every 10% of a stage's steps, and
+    at least once a minute; 0: never)."""
 
     def __post_init__(self):
         from agentsearch.warmstart.chain_oracle import check_chain_strategies

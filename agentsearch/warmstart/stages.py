@@ -92,9 +92,10 @@ def _disjoint_worlds(kw: dict, first: int, count: int, name: str) -> list[int]:
     return seeds
 
 
-def _log(stage: str, steps: int, every: int) -> Callable[[int, float], None]:
-    """A ``log(step, loss)`` callback: one progress line every ``every`` steps (0: silent)."""
-    bar = Progress(steps, stage, every=every, enabled=bool(every))
+def _log(stage: str, steps: int, every: int | None) -> Callable[[int, float], None]:
+    """A ``log(step, loss)`` callback: one progress line every ``every`` steps (None: every 10%
+    and at least once a minute; 0: silent)."""
+    bar = Progress(steps, stage, every=every, enabled=every != 0)
     return lambda step, loss: bar.update(step + 1, f"loss {loss:.4f}")
 
 
@@ -129,7 +130,7 @@ def warm_start(cfg, model, tok, envs, make_envs: Callable[[object, int], list] |
             other = dataclasses.replace(cfg, env_kwargs={**kw, "world_seed": w})
             eps += play(make_envs(other, len(envs)), tok, world_seed=w, world_entities=kw.get("world_entities"),
                         count=episodes, **{**common, "strategies": strategies})
-            if s.log_every:
+            if s.log_every != 0:
                 print(f"[{name}] world {w}: {len(eps)} transcripts so far", flush=True)
         return eps
 
@@ -154,6 +155,8 @@ def warm_start(cfg, model, tok, envs, make_envs: Callable[[object, int], list] |
                 _save_pretrained(model, out, cached)
             out["sft/pretrain_cached"] = 0.0
     if s.steps > 0:
+        if s.log_every != 0:  # playing the oracle's transcripts takes a while with a real LM's template
+            print(f"[sft] playing {s.episodes} oracle transcripts, then {s.steps} SFT steps", flush=True)
         eps = play(envs, tok, world_seed=kw.get("world_seed", 0), world_entities=kw.get("world_entities"),
                    count=s.episodes, **{**common, "strategies": s.strategies})
         if s.worlds:  # policy tokens where memorised facts do not answer: copy from the observations
