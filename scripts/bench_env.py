@@ -28,6 +28,7 @@ import json
 import platform
 import time
 
+from agentsearch.analysis.provenance import ALLOW_DIRTY_HELP, require_clean
 from agentsearch.envs import MathEnv, SearchEnv
 from agentsearch.models import load_tokenizer
 from agentsearch.retrievers.base import Hit
@@ -155,9 +156,11 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=256)
     ap.add_argument("--latency", type=float, default=0.1, help="tool latency L in seconds")
     ap.add_argument("--tokenizer", default="tiny", help="tokenizer name (tiny, smollm2, a folder)")
+    ap.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
     a = ap.parse_args()
+    prov = require_clean("bench_env", a.allow_dirty)
     tok = load_tokenizer(a.tokenizer)
-    host = {"machine": platform.machine(), "python": platform.python_version()}
+    host = {"machine": platform.machine(), "python": platform.python_version(), "provenance": prov}
     for fmt in ("tags", "json"):
         print(json.dumps({**bench_overhead(tok, a.episodes, fmt), **host}), flush=True)
     print(json.dumps({**bench_overlap(tok, a.episodes, a.latency), **host}), flush=True)

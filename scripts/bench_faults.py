@@ -47,6 +47,7 @@ from pathlib import Path
 
 import httpx
 
+from agentsearch.analysis.provenance import ALLOW_DIRTY_HELP, require_clean
 from agentsearch.recipes.crash_trials import compare_runs
 from agentsearch.recipes.runner import subprocess_env
 from agentsearch.retrievers import serve_in_thread, world_index
@@ -214,11 +215,14 @@ def main() -> int:
     p.add_argument("--kill-after-step", type=int, default=3)
     p.add_argument("--outage-s", type=float, default=20.0)
     p.add_argument("--trials", type=int, default=10)
+    p.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
     p.add_argument("overrides", nargs="*", help="extra key=value training overrides (all conditions)")
     args = p.parse_args()
+    prov = require_clean("bench_faults", args.allow_dirty)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     row = {"faults": mode_faults, "crash": mode_crash, "fuzz": mode_fuzz}[args.mode](args)
     row["load_avg_1m"] = round(os.getloadavg()[0], 2)
+    row["provenance"] = prov
     print(json.dumps(row), flush=True)
     return 0
 

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agentsearch.analysis.provenance import ALLOW_DIRTY_HELP, require_clean
 from agentsearch.core.cache import cache_dir
 from agentsearch.data import read_jsonl, wiki_corpus
 from agentsearch.retrievers import RemoteRetriever, build_index, load_retriever
@@ -177,7 +178,9 @@ def main() -> int:
     p.add_argument("--turns", type=int, default=4)
     p.add_argument("--root", default=str(cache_dir() / "bench" / "scale"))
     p.add_argument("--curves", default=None, help="write the plan curves (plan_curves.json) here")
+    p.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
     a = p.parse_args()
+    prov = require_clean("bench_index_scale", a.allow_dirty)
     root = Path(a.root)
     root.mkdir(parents=True, exist_ok=True)
     real, rows, texts = real_slice(root, a.threads)
@@ -190,13 +193,13 @@ def main() -> int:
         for kind in a.kinds.split(","):
             row = done.get((kind, n))
             if row is None:
-                row = done[(kind, n)] = measure(world, kind, q, a.threads, a.nlist)
+                row = done[(kind, n)] = {**measure(world, kind, q, a.threads, a.nlist), "provenance": prov}
                 with open(done_path, "a") as f:
                     f.write(json.dumps(row) + "\n")
-            print(json.dumps(row), flush=True)
+            print(json.dumps({**row, "provenance": row.get("provenance", prov)}), flush=True)
     if a.serve:
-        print(json.dumps(serve(root / str(max(sizes)), a.kinds.split(",")[0], texts, a.episodes, a.turns,
-                               a.threads)), flush=True)
+        print(json.dumps({**serve(root / str(max(sizes)), a.kinds.split(",")[0], texts, a.episodes, a.turns,
+                                  a.threads), "provenance": prov}), flush=True)
     if a.curves:
         machine = f"{platform.machine()} {os.cpu_count()} cores, {a.threads} threads"
         kinds = {}

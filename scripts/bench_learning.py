@@ -26,6 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from agentsearch.analysis.provenance import ALLOW_DIRTY_HELP, require_clean
 from agentsearch.recipes.runner import agentsearch_cli, subprocess_env, train_run
 from agentsearch.trainer.metrics import read_metrics
 
@@ -92,8 +93,10 @@ def main() -> None:
     ap.add_argument("--kinds", nargs="+", default=["hdr", "none"])
     ap.add_argument("--parallel", type=int, default=2)
     ap.add_argument("--unseen-world", type=int, default=5000, help="a world seed no model has seen")
+    ap.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
     ap.add_argument("overrides", nargs="*", help="key=value overrides for every training run")
     a = ap.parse_args()
+    prov = require_clean("bench_learning", a.allow_dirty)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -108,7 +111,8 @@ def main() -> None:
     subprocess.run([sys.executable, "-m", "agentsearch", "pareto", *[r["run"] for r in runs],
                     "--out", str(out / "pareto.png")], env=subprocess_env(1), stdout=subprocess.DEVNULL, check=False)
     summary = {"bench": "learning", "preset": a.preset,
-               "machine": f"{platform.machine()} {os.cpu_count()} cores", "overrides": a.overrides, "base": base, "wall_s": round(time.perf_counter() - t0, 1)}
+               "machine": f"{platform.machine()} {os.cpu_count()} cores", "overrides": a.overrides, "base": base,
+               "wall_s": round(time.perf_counter() - t0, 1), "provenance": prov}
     for kind in a.kinds:
         rs = [r for r in runs if r["kind"] == kind]
         gains = [r["dev_after"] - r["dev_before"] for r in rs]

@@ -51,6 +51,7 @@ from pathlib import Path
 
 import httpx
 
+from agentsearch.analysis.provenance import ALLOW_DIRTY_HELP, require_clean
 from agentsearch.data import read_jsonl, world_dir
 from agentsearch.retrievers import world_index
 from agentsearch.retrievers.process import ServerProcess
@@ -314,7 +315,9 @@ def main() -> int:
                    help="seconds between bodies over the 64 MiB limit (0: none)")
     p.add_argument("--seed", type=int, default=0, help="world seed")
     p.add_argument("--server-flags", default="", help='extra `agentsearch serve` flags, e.g. "--batch-window-ms 2"')
+    p.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
     a = p.parse_args()
+    prov = require_clean("bench_load", a.allow_dirty)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     need = a.storm + a.clients + 256  # the storm's sockets here, and the server's (it inherits this)
     if soft < need:
@@ -322,7 +325,7 @@ def main() -> int:
     questions = [q["question"] for q in read_jsonl(world_dir(seed=a.seed) / "train.jsonl")]
     with tempfile.TemporaryDirectory(prefix="bench_load-") as d:
         for mode in (["bm25", "dense"] if a.mode == "all" else [a.mode]):
-            print(json.dumps(run_mode(mode, a, questions, Path(d))), flush=True)
+            print(json.dumps({**run_mode(mode, a, questions, Path(d)), "provenance": prov}), flush=True)
     return 0
 
 

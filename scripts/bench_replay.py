@@ -37,6 +37,7 @@ import time
 
 import torch
 
+from agentsearch.analysis.provenance import ALLOW_DIRTY_HELP, require_clean
 from agentsearch.models import load_model
 from agentsearch.models.logprobs import make_score_fn, token_logprobs
 from agentsearch.replay import HeadroomDriftBuffer, ReplayGroup
@@ -65,6 +66,7 @@ def parse_args(argv=None):
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--only", default="throughput,capacity,memory")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
     ap.add_argument("--_memory-child", dest="memory_child", default=None, help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
@@ -314,14 +316,15 @@ def main(argv=None):
         print(json.dumps({"mb": measure_memory(model, args, args.memory_child),
                           "vocab": model.config.vocab_size}))
         return
+    prov = {"provenance": require_clean("bench_replay", args.allow_dirty)}
     only = set(args.only.split(","))
     model = setup(args) if only & {"throughput", "capacity"} else None
     if "throughput" in only:
-        print(json.dumps(bench_throughput(model, args)), flush=True)
+        print(json.dumps({**bench_throughput(model, args), **prov}), flush=True)
     if "capacity" in only:
-        print(json.dumps(bench_capacity(model, args)), flush=True)
+        print(json.dumps({**bench_capacity(model, args), **prov}), flush=True)
     if "memory" in only:
-        print(json.dumps(bench_memory(args, argv)), flush=True)
+        print(json.dumps({**bench_memory(args, argv), **prov}), flush=True)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ import bench_servers  # this folder
 import numpy as np
 from bench_servers import index
 
+from agentsearch.analysis.provenance import ALLOW_DIRTY_HELP, require_clean
 from agentsearch.core.cache import cache_dir
 from agentsearch.data import read_jsonl, wiki_corpus, world_dir
 from agentsearch.retrievers import RemoteRetriever, load_retriever
@@ -82,9 +83,12 @@ def batched(search, queries: list[str], batch: int, k: int):
     return [h for s in range(0, len(queries), batch) for h in search(queries[s:s + batch], k)]
 
 
+PROVENANCE: dict = {}  # this run's stamp (main): every emitted line carries it
+
+
 def emit(row: dict) -> None:
     row["load_avg_1m"] = round(os.getloadavg()[0], 2)
-    print(json.dumps(row), flush=True)
+    print(json.dumps({**row, "provenance": PROVENANCE}), flush=True)
 
 
 # -- (a) micro-batching client vs one request per call ------------------------------------
@@ -202,7 +206,9 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=20.0, help="measured seconds per server in (e)")
     p.add_argument("--windows", default="0", help="extra --batch-window-ms values to try in (e), comma list")
     p.add_argument("--rounds", type=int, default=2, help="interleaved rounds per server in (e); best reported")
+    p.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
     a = p.parse_args()
+    PROVENANCE.update(require_clean("bench_retrieval", a.allow_dirty))
     os.environ.setdefault("AGENTSEARCH_JAVA_THREADS", str(a.threads))
     only = set(a.only.split(","))
     corpus, queries, single = corpus_and_queries(a.corpus, a.seed)

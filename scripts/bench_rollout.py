@@ -26,6 +26,7 @@ import torch
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # vLLM logs to stdout: keep it to the JSON lines
 
+from agentsearch.analysis.provenance import ALLOW_DIRTY_HELP, require_clean
 from agentsearch.core.config import apply_overrides
 from agentsearch.rollout import EventLoop, SamplingParams, rollout
 from agentsearch.rollout.engines import make_stream_engine
@@ -90,10 +91,12 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
     args = ap.parse_args()
+    prov = require_clean("bench_rollout", args.allow_dirty)
     for backend in args.backends.split(","):
         for latency in (float(x) for x in args.latencies.split(",")):
-            print(json.dumps(bench(backend, latency, args)), flush=True)
+            print(json.dumps({**bench(backend, latency, args), "provenance": prov}), flush=True)
 
 
 if __name__ == "__main__":

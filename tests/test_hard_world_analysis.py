@@ -187,14 +187,14 @@ def test_a_held_suite_starts_no_run(tmp_path):
     (suite / "HOLD").touch()  # what a session does before it ends
     script = Path(__file__).resolve().parent.parent / "scripts" / "experiments" / "hard_world.py"
     res = subprocess.run([sys.executable, str(script), "compare", "--out", str(tmp_path), "--steps", "2", "--lr",
-                          "1e-3", "--latency", "none", "--to", str(tmp_path / "archive")],
+                          "1e-3", "--latency", "none", "--to", str(tmp_path / "archive"), "--allow-dirty"],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     line = json.loads(res.stdout.strip().splitlines()[-1])
     assert line["runs"] == 9 * 3 + 3 * 2 and len(line["held"]) == line["runs"] and line["failed"] == []
     assert "hdr-s4" in line["held"] and sorted(p.name for p in suite.iterdir()) == ["HOLD", "suite.json"]
     res = subprocess.run([sys.executable, str(script), "compare", "--out", str(tmp_path), "--steps", "2", "--lr",
-                          "1e-3", "--latency", "none", "--to", str(tmp_path / "archive"), "--methods", "sweep",
+                          "1e-3", "--latency", "none", "--to", str(tmp_path / "archive"), "--allow-dirty", "--methods", "sweep",
                           "--key", ""], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert json.loads(res.stdout.strip().splitlines()[-1])["runs"] == 5 * 3  # the sweep joins the suite
@@ -245,7 +245,8 @@ def test_calibrate_measures_the_reference_workload(tmp_path):
     from pathlib import Path
 
     script = Path(__file__).resolve().parent.parent / "scripts" / "experiments" / "hard_world.py"
-    res = subprocess.run([sys.executable, str(script), "calibrate", "--out", str(tmp_path), "--steps", "1"],
+    res = subprocess.run([sys.executable, str(script), "calibrate", "--out", str(tmp_path), "--steps", "1",
+                          "--allow-dirty"],
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     line = json.loads(res.stdout.strip().splitlines()[-1])
@@ -340,6 +341,7 @@ def test_archive_and_restore_carry_finished_runs_without_weights(tmp_path):
     (run / "final").mkdir()
     (run / "final_evals.json").write_text('{"dev_n8": {}}')
     (run / MACHINE_FILE).write_text('{"calibration_unix": 1000, "why": "no stamps"}')
+    (run / "provenance.json").write_text('{"sessions": [{"git": "abc", "citable": true}]}')
     _run(suite, "on_policy-s0", {0: 0.1, 4: 0.2})  # unfinished: not archived
     (tmp_path / "runs" / "calibration").mkdir()  # the machine's calibration goes along
     (tmp_path / "runs" / "calibration" / "1000.json").write_text('{"unix": 1000, "s_per_step": 6.0}')
@@ -357,3 +359,4 @@ def test_archive_and_restore_carry_finished_runs_without_weights(tmp_path):
     assert (again / "metrics.jsonl").read_bytes() == (run / "metrics.jsonl").read_bytes()
     assert json.loads((back / "calibration" / "1000.json").read_text()) == {"unix": 1000, "s_per_step": 6.0}
     assert json.loads((again / MACHINE_FILE).read_text())["calibration_unix"] == 1000  # the pin goes along
+    assert json.loads((again / "provenance.json").read_text())["sessions"][0]["git"] == "abc"  # and the revision

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -121,7 +122,7 @@ def test_dry_run_lists_runs_and_skips_finished_ones(tmp_path):
 def test_tiny_suite_end_to_end(tmp_path):
     """The real thing, tiny: 2 steps of hdr and on-policy, 20 dev questions, one seed."""
     cmd = [sys.executable, str(SCRIPT), "--steps", "2", "--seeds", "0", "--methods", "hdr,on_policy",
-           "--out", str(tmp_path), "eval.limit=20", "eval.every=1"]
+           "--out", str(tmp_path), "--allow-dirty", "eval.limit=20", "eval.every=1"]  # a test, not a record
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -149,6 +150,8 @@ def test_tiny_suite_end_to_end(tmp_path):
     for f in ("pareto.png", "pareto.md", "pareto_time_to_target.csv", "pareto_replay.png", "pareto_time.csv"):
         assert (tmp_path / "analysis" / f).exists(), f
     assert run_finished(tmp_path / "hdr-s0") and (tmp_path / "hdr-s0" / "train.log").exists()
+    stamps = json.loads((tmp_path / "hdr-s0" / "provenance.json").read_text())["sessions"]
+    assert len(stamps) == 1 and stamps[0]["git"] == summary["git"] and "cores" in stamps[0]["machine"]
     recs = [json.loads(line) for line in (tmp_path / "hdr-s0" / "metrics.jsonl").read_text().splitlines()]
     assert recs[0]["eval/mean_at_n"] > 0  # the base answers some questions: the env kept topk 2
     assert recs[1]["replay/candidates"] == 0 and recs[1]["replay/accepted"] == 0  # nothing stored before step 1
@@ -158,6 +161,67 @@ def test_tiny_suite_end_to_end(tmp_path):
     res2 = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
     assert res2.returncode == 0 and res2.stderr.count("finished before; skipped") == 2
     assert json.loads(res2.stdout.strip().splitlines()[-1])["methods"] == summary["methods"]
+
+
+# ------------------------------------------------------------------ records: a clean tree or nothing
+def _checkout(tmp_path: Path) -> Path:
+    """The package and the suite scripts, committed in a fresh git repository (no model assets:
+    nothing here trains)."""
+    root = tmp_path / "repo"
+    skip = shutil.ignore_patterns("assets", "__pycache__")
+    shutil.copytree(ROOT / "agentsearch", root / "agentsearch", ignore=skip)
+    shutil.copytree(ROOT / "scripts" / "experiments", root / "scripts" / "experiments", ignore=skip)
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+        subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+    return root
+
+
+@pytest.mark.slow
+def test_suites_refuse_a_dirty_tree_and_stamp_what_they_write(tmp_path):
+    root = _checkout(tmp_path)
+    rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}  # the copy's package, not ours
+    held = tmp_path / "runs" / "lat-0"
+    held.mkdir(parents=True)
+    (held / "HOLD").touch()  # compare writes its suite.json and starts no run
+    compare = [sys.executable, str(root / "scripts/experiments/hard_world.py"), "compare", "--out",
+               str(tmp_path / "runs"), "--steps", "2", "--lr", "1e-3", "--latency", "none", "--methods", "hdr",
+               "--key", "", "--to", str(tmp_path / "archive")]
+    suite = [sys.executable, str(root / "scripts/experiments/replay_suite.py"), "--out", str(tmp_path / "rs"),
+             "--methods", "hdr", "--seeds", "0", "--steps", "1"]
+
+    def run(cmd):
+        return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    res = run(compare)
+    assert res.returncode == 0, res.stderr[-2000:]
+    stamp = json.loads((held / "suite.json").read_text())["invocations"][-1]["provenance"]
+    assert stamp["git"] == rev and stamp["clean"] and stamp["citable"]
+    edited = root / "agentsearch" / "analysis" / "pareto.py"
+    edited.write_text(edited.read_text() + "# an uncommitted edit\n")
+    for cmd in (compare, suite):
+        res = run(cmd)
+        assert res.returncode == 1 and "refusing to write records" in res.stderr, res.stderr[-2000:]
+        assert "agentsearch/analysis/pareto.py" in res.stderr
+    assert not (tmp_path / "rs").exists()  # refused before anything was written
+    assert len(json.loads((held / "suite.json").read_text())["invocations"]) == 1
+    res = run([*compare, "--allow-dirty"])  # development: it runs, and says its records are not citable
+    assert res.returncode == 0, res.stderr[-2000:]
+    stamps = json.loads((held / "suite.json").read_text())["invocations"]
+    assert len(stamps) == 2 and stamps[-1]["provenance"]["citable"] is False  # the first entry is kept
+
+
+def test_provenance_outside_a_checkout_is_not_citable(tmp_path):
+    from agentsearch.analysis.provenance import DirtyTree, require_clean, run_provenance, stamp_run
+
+    with pytest.raises(DirtyTree, match="not a git checkout"):
+        require_clean("x", root=tmp_path)
+    assert require_clean("x", allow_dirty=True, root=tmp_path)["citable"] is False
+    assert run_provenance(tmp_path)["citable"] is None  # no stamp: revision not recorded
+    stamp_run(tmp_path / "run", root=tmp_path)
+    stamp_run(tmp_path / "run", root=tmp_path)  # a resume adds a session
+    assert run_provenance(tmp_path / "run") == {"git": ["unknown"], "citable": False,
+                                                "machines": [run_provenance(tmp_path / "run")["machines"][0]]}
 
 
 # ------------------------------------------------------------------ runner helpers

@@ -136,9 +136,15 @@ def _read_records(path: Path, problems: list[str]) -> list[dict]:
     """metrics.jsonl lines as dicts; a torn or non-object line is skipped and counted."""
     records, bad = [], 0
     try:
-        text = path.read_text(errors="replace")
-    except OSError as e:
-        problems.append(f"metrics.jsonl cannot be read ({e.strerror or e})")
+        if path.suffix == ".gz":  # an archived run (``suite_archive``): the same lines, gzipped
+            import gzip
+
+            with gzip.open(path, "rt", errors="replace") as f:
+                text = f.read()
+        else:
+            text = path.read_text(errors="replace")
+    except (OSError, EOFError) as e:  # EOFError: a truncated .gz
+        problems.append(f"{path.name} cannot be read ({getattr(e, 'strerror', None) or e})")
         return []
     for line in text.splitlines():
         if not line.strip():
@@ -172,9 +178,12 @@ def _read_config(run_dir: Path, problems: list[str]) -> dict:
 
 
 def load_run(run_dir: str | Path, metric: str = "eval/mean_at_n") -> Run:
-    """Read one run folder; what is missing or odd goes to ``run.problems``."""
+    """Read one run folder (or an archived one, with ``metrics.jsonl.gz``); what is missing or
+    odd goes to ``run.problems``."""
     run = Run(Path(run_dir))
     metrics = run.path / "metrics.jsonl"
+    if not metrics.exists() and (run.path / "metrics.jsonl.gz").exists():
+        metrics = run.path / "metrics.jsonl.gz"
     if not run.path.is_dir():
         run.problems.append("not a folder")
         return run

@@ -61,6 +61,8 @@ repository. ``archive SUITE...`` copies every finished, final-evaluated run's ``
 (no weights), and the machine calibrations into ``runs/calibration/``; ``restore`` puts them
 back under ``--out`` (marked ``archived.json``): the suite skips them, the report reads them.
 
+Records: ``pilot``, ``compare`` and ``calibrate`` refuse a tree with uncommitted changes (``--allow-dirty``,
+development only: records not citable); each run is stamped (``provenance.json``) and archived with it.
 Every command is resumable: rerun it and finished runs are skipped.
 """
 
@@ -79,7 +81,9 @@ from suite_archive import (  # this script's folder is on sys.path
     restore,
 )
 
-from agentsearch.analysis.hard_world import MACHINE_FILE, calibration_factor
+from agentsearch.analysis.archive import reference_clock
+from agentsearch.analysis.provenance import ALLOW_DIRTY_HELP, require_clean, stamp_run
+from agentsearch.analysis.provenance import stamp as provenance
 from agentsearch.recipes.runner import (
     ARCHIVED,
     agentsearch_cli,
@@ -102,12 +106,17 @@ def pilot(a) -> int:
     from agentsearch.analysis.runs import load_run
 
     out = Path(a.out) / a.name
+    if not a.verdict_only:
+        require_clean("hard_world pilot", a.allow_dirty)
     runs = {lr: out / f"on_policy-lr{lr}" for lr in a.lrs}
     common = ["replay.kind=none", f"steps={PILOT_STEPS}", "eval.every=20", "seed=0", "threads=1", "tensorboard=false",
               f"eval.n={a.eval_n}", f"eval.temperature={a.eval_temperature}", *a.overrides]
     if not a.verdict_only:
-        run_parallel(lambda lr: train_run(runs[lr], PRESET, [*common, f"lr={lr}"], threads=1), list(a.lrs),
-                     a.parallel)
+        def train(lr: str) -> bool:
+            stamp_run(runs[lr])
+            return train_run(runs[lr], PRESET, [*common, f"lr={lr}"], threads=1)
+
+        run_parallel(train, list(a.lrs), a.parallel)
     verdict = {}
     for lr, run in runs.items():
         points = load_run(run).points
@@ -156,6 +165,7 @@ def compare(a) -> int:
                                            *([f"tool_latency.concurrency={a.concurrency}"] if a.concurrency else [])])
         return suite.resolve(ns)
 
+    prov = require_clean("hard_world compare", a.allow_dirty)
     runs, budget = specs(a.methods, [0, 1, 2])
     if a.key:
         runs += [s for s in specs(a.key, [3, 4])[0] if s.name not in {r.name for r in runs}]
@@ -167,6 +177,7 @@ def compare(a) -> int:
     command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])  # a suite grows (e.g. the sweep's arms): merged
     (out / "suite.json").write_text(json.dumps({
         "commands": list(dict.fromkeys([*listed.get("commands", []), command])), "budget": budget,
+        "invocations": [*listed.get("invocations", []), {"command": command, "provenance": prov}],
         "runs": {**listed.get("runs", {}),
                  **{s.name: ["agentsearch", "train", "--preset", s.preset, "--out", str(s.run), *s.overrides]
                     for s in runs}}}, indent=1))
@@ -176,6 +187,8 @@ def compare(a) -> int:
             return "archived before"
         if (out / HOLD).exists():
             return "held"
+        if not run_finished(spec.run):  # the code it trains with: the tree's at its start
+            stamp_run(spec.run)
         trained = train_run(spec.run, spec.preset, spec.overrides, threads=1)
         if not (spec.run / "final_evals.json").exists():
             _final_evals(spec.run)
@@ -201,6 +214,8 @@ def calibrate(a) -> int:
 
     from agentsearch.trainer.metrics import read_metrics
 
+    if getattr(a, "cmd", None) == "calibrate":  # compare's own calibration is covered by its check
+        require_clean("hard_world calibrate", a.allow_dirty)
     cal = Path(a.out) / "calibration"
     stamp = int(time.time())
     runs = [cal / f"run-{stamp}" / x for x in ("a", "b")]
@@ -214,7 +229,7 @@ def calibrate(a) -> int:
            "phases": {k: statistics.fmean(x[f"time/{k}"] for xs in steps for x in xs)
                       for k in ("generate", "logprobs", "update")},
            "tokens_per_step": statistics.fmean(x["tokens/generated"] for xs in steps for x in xs),
-           "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+           "cpu_capability": torch.backends.cpu.get_cpu_capability(), "provenance": provenance()}
     (cal / f"{stamp}.json").write_text(json.dumps(res, indent=1))
     shutil.rmtree(cal / f"run-{stamp}")
     print(json.dumps(res), flush=True)
@@ -245,20 +260,13 @@ def finals(a) -> int:
 
 
 def _finished_runs(suite: Path) -> tuple[list[Path], list[str]]:
-    """The suite's finished runs (with ``final_evals.json``: a run in flight has none) and the
-    names of the others, which are named on stderr and left out."""
-    started = sorted(r for r in suite.iterdir() if (r / "metrics.jsonl").exists())
-    runs = [r for r in started if (r / "final_evals.json").exists()]
-    unfinished = [r.name for r in started if r not in runs]
+    """``archive.finished_runs``; the unfinished ones are named on stderr and left out."""
+    from agentsearch.analysis.archive import finished_runs
+
+    runs, unfinished = finished_runs(suite)
     if unfinished:
         print(f"[hard_world] {suite.name}: left out, not finished: {', '.join(unfinished)}", file=sys.stderr)
     return runs, unfinished
-
-
-def _reference_clock(suite: Path):
-    """``pareto.analyse``'s ``time_scale``: each run's seconds on the reference machine's clock."""
-    cals = [json.loads(c.read_text()) for c in sorted((suite.parent / "calibration").glob("*.json"))]
-    return partial(_scale_to_reference, cals)
 
 
 def predict(a) -> int:
@@ -271,7 +279,7 @@ def predict(a) -> int:
 
     @cache  # --priced-by the suite itself: analysed once
     def loaded(suite: Path) -> list:
-        return analyse(_finished_runs(suite)[0], label_by="dir", time_scale=_reference_clock(suite))["_runs"]
+        return analyse(_finished_runs(suite)[0], label_by="dir", time_scale=reference_clock(suite))["_runs"]
 
     price = None
     if a.priced_by:  # one price list, fitted over a suite's runs on the reference clock
@@ -296,7 +304,7 @@ def _measured(suite: Path, twins: list, a, target: float, price: dict | None) ->
     started = sorted(r for r in suite.iterdir() if (r / "metrics.jsonl").exists())
     twin = {r.name: r for r in twins}
     rows = [dict(measured_against(r, twin[r.name], a.concurrency, a.mean, target, price, a.seed), seed=r.seed,
-                 method=r.label) for r in analyse(started, label_by="dir", time_scale=_reference_clock(suite))["_runs"]
+                 method=r.label) for r in analyse(started, label_by="dir", time_scale=reference_clock(suite))["_runs"]
             if r.name in twin and r.points]
     rows += same_seed_ratios(rows)
     (suite / "analysis").mkdir(exist_ok=True)
@@ -314,7 +322,7 @@ def report(a) -> int:
 
     for suite in map(Path, a.suites):
         runs, unfinished = _finished_runs(suite)
-        analyse = partial(analyse_on, label_by="dir", time_scale=_reference_clock(suite))
+        analyse = partial(analyse_on, label_by="dir", time_scale=reference_clock(suite))
         full = analyse(runs)
         base = next((m for m in full["methods"] if m["method"] == "on_policy_larger"), None)
         if not full["ok"] or base is None or base["final_mean"] is None:
@@ -337,17 +345,6 @@ def report(a) -> int:
     return 0
 
 
-def _scale_to_reference(calibrations: list[dict], run) -> float | None:
-    """A run's factor to the reference machine's clock: its pinned calibration, else the last before it."""
-    return calibration_factor(run.records, calibrations, _pinned_calibration(run.path))
-
-
-def _pinned_calibration(run: Path) -> float | None:
-    """The calibration a run's ``machine.json`` names (``analysis.hard_world.MACHINE_FILE``), if any."""
-    f = run / MACHINE_FILE
-    return json.loads(f.read_text())["calibration_unix"] if f.exists() else None
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -359,6 +356,7 @@ def main() -> int:
     p.add_argument("--eval-temperature", type=float, default=0.0)
     p.add_argument("--parallel", type=int, default=2)
     p.add_argument("--verdict-only", action="store_true", help="apply the rule to the runs as they are; train nothing")
+    p.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
     p.add_argument("overrides", nargs="*", help="key=value for every pilot run (e.g. model=tiny-chain-base-worlds)")
     c = sub.add_parser("compare")
     c.add_argument("--out", default="runs/hard_world")
@@ -372,10 +370,12 @@ def main() -> int:
     c.add_argument("--parallel", type=int, default=2)
     c.add_argument("--to", default=str(ARCHIVE), help="the archive every finished run is copied into")
     c.add_argument("--no-calibrate", dest="calibrate", action="store_false", help="skip the speed calibration")
+    c.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
     c.add_argument("overrides", nargs="*")
     k = sub.add_parser("calibrate")
     k.add_argument("--out", default="runs/hard_world")
     k.add_argument("--steps", type=int, default=CALIBRATION_STEPS)
+    k.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
     for name in ("finals", "report", "archive"):
         s = sub.add_parser(name)
         s.add_argument("suites", nargs="+")

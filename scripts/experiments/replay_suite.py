@@ -51,6 +51,11 @@ builds the world's Pyserini index, starts the server on 127.0.0.1 and stops it a
 (``async.enabled=true async.max_staleness=1``).
 No latency profile is added there unless ``--latency`` is given: the server is the latency.
 
+Records: the suite refuses to start on a tree with uncommitted changes (``--allow-dirty``, for
+development, runs anyway and marks every record not citable); ``OUT/suite.json`` keeps one
+entry per invocation (its command, revision, machine and runs), and each run folder gets a
+``provenance.json`` stamp as it starts or resumes (``agentsearch.analysis.provenance``).
+
 Each run trains in ``OUT/<method>-s<seed>`` in a subprocess with ``--threads-per-run`` torch
 threads, ``--parallel`` at a time; a finished run (``final/`` + ``metrics.jsonl``) is skipped
 and an interrupted one resumed, so rerunning the command continues the suite. At the end
@@ -68,8 +73,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
 import socket
 import subprocess
 import sys
@@ -78,6 +81,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentsearch.analysis.provenance import ALLOW_DIRTY_HELP, require_clean, stamp_run
 from agentsearch.recipes.runner import (
     run_finished,
     run_parallel,
@@ -251,19 +255,10 @@ def stop_server(proc: subprocess.Popen) -> None:
 
 
 # ------------------------------------------------------------------ running and reporting
-def _git() -> str:
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, timeout=5).stdout.strip()
-        return (rev or "unknown") + ("+dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def one(spec: Spec, threads: int) -> dict:
     t0 = time.perf_counter()
+    if not run_finished(spec.run):  # the code this run trains with: the tree's at its start
+        stamp_run(spec.run)
     trained = train_run(spec.run, spec.preset, spec.overrides, threads=threads,
                         resume_overrides=spec.resume_overrides)
     took = time.perf_counter() - t0
@@ -272,7 +267,8 @@ def one(spec: Spec, threads: int) -> dict:
     return {"run": str(spec.run), "trained": trained, "wall_s": round(took, 1)}
 
 
-def summarise(result: dict, specs: list[Spec], failed: list[dict], budget: dict, a, t0: float) -> dict:
+def summarise(result: dict, specs: list[Spec], failed: list[dict], budget: dict, a, t0: float,
+              prov: dict) -> dict:
     target = result.get("target") or {}
     def r(x):
         return None if x is None else round(x, 4)
@@ -285,7 +281,7 @@ def summarise(result: dict, specs: list[Spec], failed: list[dict], budget: dict,
                                 "time_to_target_ratio": r(m["ratio_mean"]),
                                 "time_to_target_ratio_std": r(m["ratio_std"])}
     return {"suite": "search_r1" if a.search_r1 else "replay", "out": str(specs[0].run.parent) if specs else a.out,
-            "git": _git(), "machine": f"{platform.machine()} {os.cpu_count()} cores, python {platform.python_version()}",
+            "git": prov["git"], "citable": prov["citable"], "machine": prov["machine"],
             "budget": budget, "seeds": a.seeds, "parallel": a.parallel, "threads_per_run": a.threads_per_run,
             "overrides": a.overrides, "metric": result["metric"],
             "target": {"method": target.get("method"), "score": target.get("score"),
@@ -311,6 +307,7 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=0, help="--search-r1 server port (0: a free one)")
     ap.add_argument("--metric", default="eval/mean_at_n", help="the quality metric of the analysis")
     ap.add_argument("--dry-run", action="store_true", help="print the runs and their commands; run nothing")
+    ap.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
     ap.add_argument("overrides", nargs="*", help="key=value overrides for every run (e.g. eval.limit=100)")
     a = ap.parse_args()
     t0 = time.perf_counter()
@@ -327,12 +324,15 @@ def main() -> int:
             print("(--search-r1: agentsearch serve is started on 127.0.0.1 first; "
                   "search_r1_equivalent runs get env_kwargs.index=http://127.0.0.1:PORT?micro_batch=false)")
         return 0
+    prov = require_clean("replay_suite", a.allow_dirty)
     out = Path(specs[0].run.parent)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "suite.json").write_text(json.dumps({
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "git": _git(), "budget": budget,
+    listed = json.loads((out / "suite.json").read_text()) if (out / "suite.json").exists() else {}
+    (out / "suite.json").write_text(json.dumps({"invocations": [*listed.get("invocations", []), {
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "provenance": prov, "budget": budget,
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "runs": {s.name: ["agentsearch", *train_command(s.run, s.preset, s.overrides)] for s in specs}}, indent=1))
+        "runs": {s.name: ["agentsearch", *train_command(s.run, s.preset, s.overrides)] for s in specs}}]},
+        indent=1))  # one entry per invocation: a later arm never overwrites an earlier one's revision
     server = None
     try:
         if a.search_r1 and any(s.method == "search_r1_equivalent" and not run_finished(s.run) for s in specs):
@@ -365,7 +365,7 @@ def main() -> int:
     if result["runs"]:
         write_outputs(result, out / "analysis" / "pareto.png")
     print(tables_markdown(result) + "\n" + result.get("_diagnostics_markdown", ""), file=sys.stderr)
-    summary = summarise(result, specs, failed, budget, a, t0)
+    summary = summarise(result, specs, failed, budget, a, t0, prov)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary), flush=True)
     if not result["ok"]:

@@ -1,6 +1,7 @@
 """Archive and restore of a suite's finished runs (``hard_world.py archive`` / ``restore``): a
 grid larger than one session goes on in the next from the repository. Only the records travel
-(``config.yaml``, ``metrics.jsonl`` gzipped, ``final_evals.json``, ``machine.json``), no weights,
+(``config.yaml``, ``metrics.jsonl`` gzipped, ``final_evals.json``, ``machine.json``, ``provenance.json``:
+the revision and machine of each start), no weights,
 and the machine calibrations beside them."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import shutil
 from pathlib import Path
 
 from agentsearch.analysis.hard_world import MACHINE_FILE
+from agentsearch.analysis.provenance import RUN_FILE
 from agentsearch.recipes.runner import ARCHIVED, run_finished
 
 __all__ = ["archive", "restore", "archive_run", "copy_calibrations"]
@@ -22,8 +24,9 @@ def archive_run(run: Path, to: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy(run / "config.yaml", dest / "config.yaml")
     shutil.copy(run / "final_evals.json", dest / "final_evals.json")
-    if (run / MACHINE_FILE).exists():
-        shutil.copy(run / MACHINE_FILE, dest / MACHINE_FILE)
+    for name in (MACHINE_FILE, RUN_FILE):
+        if (run / name).exists():
+            shutil.copy(run / name, dest / name)
     with open(run / "metrics.jsonl", "rb") as src, gzip.GzipFile(dest / "metrics.jsonl.gz", "wb", mtime=0) as out:
         shutil.copyfileobj(src, out)
     return dest
@@ -61,8 +64,9 @@ def restore(a) -> int:
         run.mkdir(parents=True)
         shutil.copy(src / "config.yaml", run / "config.yaml")
         shutil.copy(src / "final_evals.json", run / "final_evals.json")
-        if (src / MACHINE_FILE).exists():
-            shutil.copy(src / MACHINE_FILE, run / MACHINE_FILE)
+        for name in (MACHINE_FILE, RUN_FILE):
+            if (src / name).exists():
+                shutil.copy(src / name, run / name)
         with gzip.open(src / "metrics.jsonl.gz", "rb") as f, open(run / "metrics.jsonl", "wb") as out:
             shutil.copyfileobj(f, out)
         (run / ARCHIVED).write_text(json.dumps({"from": str(src)}) + "\n")
