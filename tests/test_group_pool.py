@@ -84,6 +84,43 @@ def test_the_first_groups_to_finish_are_taken_and_a_straggler_is_carried(tok):
     assert live <= 2 and engine.live == 0  # the carried group (maybe done, not taken); cancelled with the loop
 
 
+def test_what_groups_in_play_do_between_takes_is_charged_to_the_next_take(tok):
+    engine, pool = _pool(tok, [_env(0.6) for _ in range(8)], b=3, oversample=1)
+
+    async def steps():
+        _, s1 = await pool.take(3)
+        tokens = s1.tokens_generated
+        await asyncio.sleep(0.8)  # the update: the straggler's answer turn is generated now
+        _, s2 = await pool.take(3)
+        return s1, tokens, s2, (engine.requests, engine.calls, engine.busy_s)
+
+    with closing(engine):
+        s1, tokens, s2, (requests, calls, busy) = asyncio.run(steps())
+    assert s1.tokens_generated == tokens  # nothing lands in a take already returned
+    assert s1.generate_requests + s2.generate_requests == requests
+    assert s1.generate_calls + s2.generate_calls == calls
+    assert abs(s1.time_generate + s2.time_generate - busy) < 1e-9
+
+
+def test_a_held_pool_plays_nothing(tok):
+    """An eval (on the same event loop) or a checkpoint between two takes holds the pool: the
+    groups in play start no turn and no tool call; they go on at the next take."""
+    engine, pool = _pool(tok, [_env(0.3) for _ in range(8)], b=3, oversample=1)
+
+    async def steps():
+        await pool.take(3)
+        with pool.hold():
+            before = engine.requests
+            await asyncio.sleep(0.6)  # the straggler's tool call ends; its next turn waits
+            held = engine.requests - before
+        eps, _ = await pool.take(3)
+        return held, eps
+
+    with closing(engine):
+        held, eps = asyncio.run(steps())
+    assert held == 0 and [e.task_id for e in eps][:2] == ["t0", "t0"]
+
+
 def test_an_idle_trainer_takes_what_is_ready_when_told_enough(tok):
     engine, pool = _pool(tok, [_env(0.5) for _ in range(8)], b=4, oversample=0)
 

@@ -19,6 +19,12 @@ take), ``async/taken_carried`` (taken groups that had been carried), the mean po
 per episode of taken groups that were and were not carried (``async/len_carried``,
 ``async/len_uncarried``); stale turns go through the trainer's drift gate like any others.
 
+Between takes the groups in play go on (beside the trainer's update); what they do then
+(tokens, engine and env seconds) is charged to the next take, whose window opens where the
+last one closed. ``with pool.hold():`` stops them from starting any turn or tool call (an
+eval or a checkpoint: off the training clock, and an eval must not share the engine with
+them); a batch being generated finishes first, a tool call in flight runs out.
+
 Seeds: group ``s`` (the pool's ``s``-th) resets its envs with ``derive_seed(seed, s,
 "reset")`` and episode ``j``'s turn ``t`` samples with ``derive_seed(params.seed, s, j, t)``.
 A checkpoint keeps ``state_dict()``: the tasks in play restart first after a resume (from
@@ -29,7 +35,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 from agentsearch.envs.text_env import TextEnv
@@ -76,6 +83,22 @@ class GroupPool:
         self.player: Player | None = None
         self._restart: list[dict] = []
         self.last_taken: list[dict] = []
+        self._gate = asyncio.Event()  # clear while held
+        self._gate.set()
+        self._next = RolloutStats()  # the next take's window: open since the last take closed
+        self._mark: tuple[float, int, int] | None = None  # the engine's counters then
+        self._env_mark = 0.0
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        """Inside, the groups in play start no turn and no env step (module notes); on the
+        event loop's thread, between takes."""
+        self._gate.clear()
+        try:  # the lock a weight sync takes: a batch being generated finishes, none starts
+            with getattr(self.engine, "_model_lock", None) or nullcontext():
+                yield
+        finally:
+            self._gate.set()
 
     def state_dict(self, *, last_take_trained: bool = True) -> dict:
         """What a checkpoint keeps: the group serial and the tasks of the groups in play (and
@@ -95,7 +118,8 @@ class GroupPool:
                                              max_seq_len=self.max_seq_len)
         stats.time_tokenize += started.time_tokenize
         if self.player is None:
-            self.player = Player(self.engine, self.params, stop, self.max_turns, self.max_seq_len, stats)
+            self.player = Player(self.engine, self.params, stop, self.max_turns, self.max_seq_len,
+                                 stats, gate=self._gate)
         self.engine.expect(n)
         serial = self.serial
         job = asyncio.get_running_loop().create_task(self._play_group(runs, serial))
@@ -124,12 +148,11 @@ class GroupPool:
                    min_take: int | None = None) -> tuple[list[Episode], RolloutStats]:
         """The episodes of the first ``b`` groups to complete (fewer, but at least
         ``min_take``, once ``enough`` is done), and the take's stats: what the engine and the
-        envs did since the take began, over every group in play; ``extra_metrics`` holds the
-        ``async/*`` keys of the module notes."""
+        envs did since the last take ended, over every group in play; ``extra_metrics`` holds
+        the ``async/*`` keys of the module notes."""
         t_start = time.perf_counter()
-        stats = RolloutStats()
-        mark = engine_mark(self.engine)
-        env0 = self.player.env_clock.busy if self.player else 0.0
+        stats, env0 = self._next, self._env_mark
+        mark = self._mark or engine_mark(self.engine)
         while len(self.groups) < self.in_flight:
             task = self._restart.pop(0) if self._restart else self.sample(1)[0]
             self._start(task, stats)
@@ -160,6 +183,8 @@ class GroupPool:
         charge_engine(stats, self.engine, mark)
         stats.time_env = max(self.player.env_clock.busy - env0 - stats.time_reward, 0.0)
         stats.extra_metrics = self._metrics(taken, b)
+        self._next = self.player.stats = RolloutStats()  # the next take's window opens now
+        self._mark, self._env_mark = engine_mark(self.engine), self.player.env_clock.busy
         return episodes, stats
 
     def _metrics(self, taken: list[_Group], b: int) -> dict[str, float]:

@@ -81,6 +81,13 @@ class Player:
     stats: RolloutStats
     """Where generated tokens, tokenizing and reward seconds are counted."""
     env_clock: _BusyClock = field(default_factory=_BusyClock)
+    gate: asyncio.Event | None = None
+    """When given, no turn and no env step starts while it is clear (``GroupPool.hold``)."""
+
+    async def _wait_gate(self) -> None:
+        if self.gate is not None and not self.gate.is_set():
+            with self.engine.in_env():  # a held episode is not about to ask for a turn
+                await self.gate.wait()
 
     async def play(self, r: EpisodeState, *seed_keys: int | str) -> None:
         """Turns until the episode ends; turn ``t`` is seeded ``derive_seed(params.seed,
@@ -89,6 +96,7 @@ class Player:
         turn = 0
         try:
             while not r.done:
+                await self._wait_gate()
                 room = params.max_new_tokens if max_seq_len is None else max_seq_len - len(r.ids)
                 p = replace(params, stop=self.stop, max_new_tokens=min(params.max_new_tokens, room),
                             seed=None if params.seed is None else derive_seed(params.seed, *seed_keys, turn))
@@ -100,6 +108,7 @@ class Player:
                 self.stats.time_tokenize += time.perf_counter() - t0
                 if action is None:
                     break
+                await self._wait_gate()
                 with self.env_clock, engine.in_env():
                     res = await step_env(r, action)
                 self.stats.time_reward += res[3]

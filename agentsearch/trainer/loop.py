@@ -146,7 +146,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
     log.info("model %s: %d/%d trainable parameters; replay=%s", cfg.model, trainable, total, cfg.replay.kind)
 
     def run_eval() -> dict:  # a few decoded episodes go to RUN_DIR/samples/step-N.txt
-        with timer.phase("eval"):
+        with timer.phase("eval"), rollouts.held():  # groups in play wait
             return evaluate(backend, eval_env_list, eval_tasks, **eval_settings(cfg),
                             samples_to=run_dir / "samples" / f"step-{step}.txt", loop=events)
 
@@ -166,7 +166,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
             timer.add(phase, rstats.metrics()[f"time/{phase}"])
 
     def checkpoint(at: int) -> None:
-        with timer.phase("checkpoint"):
+        with timer.phase("checkpoint"), rollouts.held():
             state.update(train_cumulative=timer.train_cumulative + timer.pending_train_time(),
                          health=health.state_dict(), **rollouts.state_dict())
             save_checkpoint(run_dir, at, model=model, optimizer=optimizer, scheduler=scheduler,

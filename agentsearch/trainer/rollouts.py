@@ -19,6 +19,7 @@ refuses are neither trained on nor stored.
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import replace
 
 from agentsearch.algorithms.grouping import episodes_to_groups, rescore
@@ -133,6 +134,11 @@ class StepRollouts:
                                     "dynamic/groups_with_signal": float(min(len(signal), b)),
                                     "dynamic/zero_variance_frac_played": 1.0 - len(signal) / len(groups)})
         return [e for g in kept for e in g], stats
+
+    def held(self):
+        """A context in which the pool's groups in play make no progress (an eval, a
+        checkpoint: off the training clock); nothing to hold without a pool."""
+        return self.pool.hold() if self.pool else nullcontext()
 
     def sync(self, model) -> None:
         """New weights to the engine (the stream engine tags later turns with the new version)."""
