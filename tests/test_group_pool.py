@@ -121,6 +121,24 @@ def test_a_held_pool_plays_nothing(tok):
     assert held == 0 and [e.task_id for e in eps][:2] == ["t0", "t0"]
 
 
+def test_a_group_carried_once_is_waited_for_and_taken_first(tok):
+    """Groups that finish first are the short ones: a straggler carried into a take is taken
+    by it (waited for), not carried again behind newer, shorter groups."""
+    engine, pool = _pool(tok, [_env(1.0) for _ in range(8)], b=2, oversample=2)
+
+    async def steps():
+        first, _ = await pool.take(2)  # t1, t2; t3 (done) and t0 (on its slow tool) carried
+        t0 = time.perf_counter()
+        second, s2 = await pool.take(2)  # t4 and t5 finish at once; t0 had a whole step
+        return first, second, time.perf_counter() - t0, s2.metrics()
+
+    with closing(engine):
+        first, second, took, m2 = asyncio.run(steps())
+    assert sorted({e.task_id for e in first}) == ["t1", "t2"]
+    assert sorted({e.task_id for e in second}) == ["t0", "t3"] and took > 0.5
+    assert m2["async/taken_carried"] == 2 and m2["async/carry_max"] == 1
+
+
 def test_an_idle_trainer_takes_what_is_ready_when_told_enough(tok):
     engine, pool = _pool(tok, [_env(0.5) for _ in range(8)], b=4, oversample=0)
 

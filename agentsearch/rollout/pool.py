@@ -3,10 +3,12 @@
 ``GroupPool(envs, engine, params, group_size=n, in_flight=b + m, sample=...)`` keeps
 ``in_flight`` groups being played at all times (each episode on its own, ``streaming.Player``).
 ``await pool.take(b)`` starts new groups (tasks from ``sample``) until ``in_flight`` are in
-play, waits for the first ``b`` to complete, and returns their episodes in completion order
-(a group's ``n`` episodes together); the other groups go on being played and are *carried*
-into the next take. That is over-sampling (``async.oversample = m``): a group held up by a
-slow tool call or a long answer no longer holds up the step.
+play, waits for ``b`` to complete, and returns their episodes (a group's ``n`` episodes
+together); the other groups go on being played and are *carried* into the next take. That is
+over-sampling (``async.oversample = m``): a group held up by a slow tool call or a long answer
+no longer holds up the step. Carried groups are taken first, and a group carried
+``max_carry`` times (default 1) is waited for: completion order alone kept the longest groups
+carried, take after take, ever staler, until the drift gate dropped them.
 
 With ``enough`` (a future the trainer completes when it has nothing left to do) a take
 returns as soon as ``enough`` is done and at least ``min_take`` groups are complete: the
@@ -17,7 +19,8 @@ shorter answers), and a carried group trains on weights older than it was starte
 are measured on every take (``extra_metrics``): ``async/carried_groups`` (in play after the
 take), ``async/taken_carried`` (taken groups that had been carried), the mean policy tokens
 per episode of taken groups that were and were not carried (``async/len_carried``,
-``async/len_uncarried``); stale turns go through the trainer's drift gate like any others.
+``async/len_uncarried``) and the most takes a taken group was carried (``async/carry_max``);
+stale turns go through the trainer's drift gate like any others.
 
 Between takes the groups in play go on (beside the trainer's update); what they do then
 (tokens, engine and env seconds) is charged to the next take, whose window opens where the
@@ -54,7 +57,7 @@ from agentsearch.rollout.turns import (
 __all__ = ["GroupPool"]
 
 
-@dataclass
+@dataclass(eq=False)  # by identity: groups are found in lists
 class _Group:
     serial: int
     task: dict
@@ -69,13 +72,14 @@ class GroupPool:
 
     def __init__(self, envs: Sequence[TextEnv], engine: StreamEngine, params: SamplingParams, *,
                  group_size: int, in_flight: int, sample: Callable[[int], list[dict]], seed: int,
-                 max_turns: int | None = None, max_seq_len: int | None = None):
+                 max_turns: int | None = None, max_seq_len: int | None = None,
+                 max_carry: int | None = 1):
         if len(envs) < in_flight * group_size:
             raise ValueError(f"{in_flight} groups of {group_size} in play need {in_flight * group_size} "
                              f"envs, got {len(envs)}")
         self.engine, self.params, self.sample, self.seed = engine, params, sample, seed
         self.group_size, self.in_flight = group_size, in_flight
-        self.max_turns, self.max_seq_len = max_turns, max_seq_len
+        self.max_turns, self.max_seq_len, self.max_carry = max_turns, max_seq_len, max_carry
         self.free: list[TextEnv] = list(envs)
         self.groups: list[_Group] = []  # in play, in start order
         self.finished: list[_Group] = []  # complete, in completion order
@@ -160,8 +164,7 @@ class GroupPool:
         self.player.stats = stats  # this take's window collects what every group in play does
         min_take = b if min_take is None else max(1, min(min_take, b))
         try:
-            while len(self.finished) < b and not (enough is not None and enough.done()
-                                                  and len(self.finished) >= min_take):
+            while not self._complete(b, enough, min_take):
                 waiting = {g.job for g in self.groups if not g.job.done()}
                 if enough is not None and not enough.done():
                     waiting.add(enough)
@@ -171,7 +174,8 @@ class GroupPool:
         except asyncio.CancelledError:
             await asyncio.shield(self.aclose())
             raise
-        taken, self.finished = self.finished[:b], self.finished[b:]
+        taken = sorted(self.finished, key=lambda g: -g.carried)[:b]  # carried first, then in
+        self.finished = [g for g in self.finished if g not in taken]  # completion order
         for g in taken:
             self.groups.remove(g)
             self.free.extend(g.envs)
@@ -187,6 +191,15 @@ class GroupPool:
         self._mark, self._env_mark = engine_mark(self.engine), self.player.env_clock.busy
         return episodes, stats
 
+    def _complete(self, b: int, enough: asyncio.Future | None, min_take: int) -> bool:
+        """Whether a take may return: ``b`` groups complete (``min_take`` once ``enough`` is
+        done), none of them a group carried ``max_carry`` times still in play."""
+        overdue = self.max_carry is not None and any(
+            g.carried >= self.max_carry and g not in self.finished for g in self.groups)
+        done = len(self.finished) >= b or (enough is not None and enough.done()
+                                           and len(self.finished) >= min_take)
+        return done and not overdue
+
     def _metrics(self, taken: list[_Group], b: int) -> dict[str, float]:
         def tokens_per_episode(groups):
             eps = [r for g in groups for r in g.runs]
@@ -197,6 +210,7 @@ class GroupPool:
                 "async/taken_carried": float(len(carried)),
                 "async/len_carried": tokens_per_episode(carried),
                 "async/len_uncarried": tokens_per_episode([g for g in taken if not g.carried]),
+                "async/carry_max": float(max((g.carried for g in taken), default=0)),
                 "async/fresh_short": float(b - len(taken))}
 
     async def aclose(self) -> None:
