@@ -142,3 +142,46 @@ def test_killed_runs_resume_into_the_uninterrupted_run(tmp_path):
     recs[2]["reward/total"] = recs[2]["reward/total"] + 1.0
     other.write_text("".join(json.dumps(r) + "\n" for r in recs))
     assert any("reward/total" in p for p in compare_runs(ref, tmp_path / "trial-01"))
+
+
+@pytest.mark.slow
+def test_a_killed_overlap_run_resumes_without_counting_a_rollout_twice(tmp_path):
+    """async.max_staleness=1: SIGKILL after step 2's record, before its checkpoint. The resume
+    (from step 1's checkpoint) plays step 2's rollout again, so that rollout must count in step
+    2's time only, not also in step 1's (where it was played beside step 1's update): mostly
+    waiting on 1 s tool calls, it is much longer than the update it hid behind."""
+    import shutil
+    import subprocess
+    import sys
+
+    from agentsearch.core.failpoints import ENV_VAR
+    from agentsearch.recipes.runner import subprocess_env
+
+    over = ["steps=3", "prompts_per_step=2", "group_size=4", "checkpoint_every=1", "eval.every=0",
+            "eval.limit=2", "threads=1", "tensorboard=false", "async.enabled=true",
+            "async.max_staleness=1", "async.max_wait_s=0.01", "tool_latency.kind=fixed",
+            "tool_latency.mean_s=1.0"]
+    run, env = tmp_path / "run", subprocess_env(threads=1)
+    env.pop(ENV_VAR, None)
+    base = [sys.executable, "-m", "agentsearch", "train"]
+    killed = subprocess.run([*base, "--preset", "tiny", "--out", str(run), *over],
+                            capture_output=True, env={**env, ENV_VAR: "loop:logged@2"}, timeout=600)
+    assert killed.returncode == -9, killed.stderr.decode()[-2000:]
+    shutil.copy(run / "metrics.jsonl", tmp_path / "killed.jsonl")
+    resumed = subprocess.run([*base, "--resume", str(run)], capture_output=True, env=env,
+                             timeout=600)
+    assert resumed.returncode == 0, resumed.stderr.decode()[-2000:]
+    killed_recs = [json.loads(x) for x in (tmp_path / "killed.jsonl").read_text().splitlines()]
+    recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in killed_recs] == [0, 1, 2]
+    assert [r["step"] for r in recs] == [0, 1, 2, 3]  # every step logged once
+    assert recs[1] == killed_recs[1]  # kept; steps 2 and 3 are the resume's
+    for a, b in zip(recs[1:], recs[2:]):
+        cum = a["time/train_cumulative"] + b["time/step"]
+        assert b["time/train_cumulative"] == pytest.approx(cum, abs=0.05)
+    # step 1: its own rollout, then its update (phases 2-6) while step 2's rollout played
+    learn = sum(recs[1][f"time/{k}"] for k in ("logprobs", "replay_scan", "update", "sync"))
+    beyond = recs[1]["time/step"] - recs[1]["rollout/wall_seconds"] - learn
+    second = killed_recs[2]["rollout/wall_seconds"]  # step 2's rollout, as the killed run played it
+    assert second > 1.0 and beyond < 0.25 * second, (beyond, second)  # not in step 1's time
+    assert recs[2]["time/step"] > recs[2]["rollout/wall_seconds"]  # the resume played it again

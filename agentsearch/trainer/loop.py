@@ -219,8 +219,9 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
             topup = {"async/replay_topup": float(max(len(selection.accepted) - cfg.replay.k_rep, 0))} if rollouts.pool else {}
             return {**gmetrics, **tmetrics, **selection.stats, **topup, "replay/ingress": float(admitted)}
 
-        if overlap and step < cfg.steps:
-            ahead, lmetrics = events.run_beside(partial(rollouts.of, step + 1), learn, learner)
+        if overlap and step < cfg.steps:  # (the rollout's seconds past learn: the next step's)
+            beside = partial(events.run_beside, partial(rollouts.of, step + 1), thread=learner)
+            ahead, lmetrics = timer.beside(beside, learn)
             if isinstance(ahead, OutageError):  # this step finishes (logged, checkpointed), then stop
                 outage, ahead = ahead, None
             else:

@@ -7,13 +7,20 @@ excluded, so a curve's x axis does not depend on how often one evaluates). Phase
 (a streaming rollout generates while other episodes wait on tools): each ``time/<phase>`` is
 that phase's busy seconds, ``time/step`` stays wall-clock, and ``time/overlap`` is how much
 the phases' sum exceeds it.
+
+With the next step's rollout played beside this step's update (``async.max_staleness=1``,
+``beside``), the seconds the rollout runs past the update are the next step's: they are waited
+for that step's data. So a checkpoint taken at the end of this step does not hold them, and a
+resume, which plays that rollout again, counts it once.
 """
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from contextlib import contextmanager
+from typing import Any
 
 __all__ = ["PhaseTimer", "PHASES", "EXCLUDED"]
 
@@ -27,6 +34,7 @@ class PhaseTimer:
         self.train_cumulative = train_cumulative
         self._acc: dict[str, float] = defaultdict(float)
         self._start = time.perf_counter()
+        self._ahead = self._carried = 0.0  # seconds moved to the next step / from the last one
 
     @contextmanager
     def phase(self, name: str):
@@ -40,15 +48,35 @@ class PhaseTimer:
         """Account time measured elsewhere (e.g. the rollout splits generate vs env itself)."""
         self._acc[name] += seconds
 
+    def beside(self, run_beside: Callable[[Callable[[], Any]], Any],
+               work: Callable[[], Any]) -> Any:
+        """``run_beside(work)``: ``work`` (this step's update) runs beside the next step's
+        rollout, and the seconds ``run_beside`` goes on after ``work`` returned move to the next
+        step (module notes)."""
+        done: list[float] = []
+
+        def timed():
+            try:
+                return work()
+            finally:
+                done.append(time.perf_counter())
+
+        out = run_beside(timed)
+        self._ahead += max(time.perf_counter() - done[0], 0.0) if done else 0.0
+        return out
+
     def pending_train_time(self) -> float:
-        """Training seconds of the step in progress so far (excluded phases left out)."""
+        """Training seconds of the step in progress so far (excluded phases left out; neither
+        the seconds the last step moved to it nor those it moves to the next: a resume plays
+        that rollout again)."""
         wall = time.perf_counter() - self._start
-        return max(wall - sum(self._acc.get(k, 0.0) for k in EXCLUDED), 0.0)
+        return max(wall - sum(self._acc.get(k, 0.0) for k in EXCLUDED) - self._ahead, 0.0)
 
     def end_step(self) -> dict[str, float]:
         wall = time.perf_counter() - self._start
         excluded = sum(self._acc.get(k, 0.0) for k in EXCLUDED)
-        step = max(wall - excluded, 0.0)
+        step = max(wall - excluded - self._ahead + self._carried, 0.0)
+        self._carried, self._ahead = self._ahead, 0.0
         self.train_cumulative += step
         out = {f"time/{k}": self._acc.get(k, 0.0) for k in PHASES + EXCLUDED}
         out.update({f"time/{k}": v for k, v in self._acc.items()})
