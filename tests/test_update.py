@@ -8,7 +8,12 @@ import dataclasses
 import pytest
 import torch
 
-from agentsearch.algorithms.grouping import drop_zero_signal, episodes_to_groups, rescore
+from agentsearch.algorithms.grouping import (
+    drop_zero_signal,
+    episodes_have_signal,
+    episodes_to_groups,
+    rescore,
+)
 from agentsearch.algorithms.losses import (
     aggregation,
     kl_penalty,
@@ -262,9 +267,23 @@ def test_kl_term_is_aggregated_like_the_loss_hand_worked(base, loss, agg, expect
 def test_dynamic_sampling_keeps_exactly_the_groups_with_signal():
     groups, _ = episodes_to_groups(EPISODES, 2, step=1, pad_id=0)
     assert [g.prompt_id for g in drop_zero_signal(groups)] == ["a", "c"]  # b: both rewards 0
-    groups[0].advantages = torch.tensor([0.0, 0.5])  # one nonzero advantage is signal
-    groups[2].advantages = torch.zeros(2)
+    groups[0].rewards = torch.tensor([0.0, 0.5])  # the rewards the advantages came from decide
+    groups[2].rewards = torch.tensor([1.0, 1.0 + 1e-9])  # a difference within rounding is none
     assert [g.prompt_id for g in drop_zero_signal(groups)] == ["a"]
+
+
+@pytest.mark.parametrize("rewards", [(0.0, 0.0), (0.0, 1e-9), (0.0, 1e-6), (0.0, 1.0)])
+def test_one_has_signal_rule_for_metrics_dynamic_sampling_and_the_sampler(rewards):
+    """Whether a group has signal is decided once: the zero-variance share logged, the groups
+    dynamic sampling keeps, and what the task sampler and regeneration count agree."""
+    eps = [Episode(task_id="a", token_ids=[5, 6, 7], action_mask=[0, 0, 1], prompt_len=2,
+                   gen_logprobs=[0, 0, -1.0], reward=r, reward_components={}, answer_correct=None,
+                   terminated=True, truncated=False, num_turns=1) for r in rewards]
+    groups, m = episodes_to_groups(eps, 2, step=1, pad_id=0)
+    signal = rewards[1] - rewards[0] > 1e-8
+    assert m["groups/zero_variance_frac"] == (0.0 if signal else 1.0)
+    assert len(drop_zero_signal(groups)) == int(signal)
+    assert episodes_have_signal(eps) is signal  # the sampler's and regeneration's count
 
 
 def test_cispo_without_a_lower_clip(base):

@@ -18,12 +18,13 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from agentsearch.algorithms.advantages import group_advantages, zero_variance_mask
+from agentsearch.algorithms.advantages import group_advantages, has_signal, zero_variance_mask
 from agentsearch.algorithms.losses import overlong_penalty
 from agentsearch.replay import ReplayGroup
 from agentsearch.rollout import Episode
 
-__all__ = ["episodes_to_groups", "rescore", "response_lengths", "drop_zero_signal"]
+__all__ = ["episodes_to_groups", "rescore", "response_lengths", "drop_zero_signal",
+           "episodes_have_signal"]
 
 
 def response_lengths(episodes: Sequence[Episode]) -> torch.Tensor:
@@ -84,11 +85,17 @@ def episodes_to_groups(episodes: Sequence[Episode], n: int, step: int, *, pad_id
 
 
 def drop_zero_signal(groups: Sequence[ReplayGroup]) -> list[ReplayGroup]:
-    """DAPO's dynamic sampling (``TrainConfig.dynamic_sampling``): the groups with a nonzero
-    advantage. A zero-variance group's advantages are all 0, so it has no policy-gradient
-    signal; the loop drops such groups from the update (they are still logged and offered
-    to the replay buffer)."""
-    return [g for g in groups if bool((g.advantages != 0).any())]
+    """DAPO's dynamic sampling (``TrainConfig.dynamic_sampling``): the groups with signal
+    (``advantages.has_signal`` of the rewards their advantages came from). A zero-variance
+    group has no policy-gradient signal; the loop drops such groups from the update (they
+    are still logged and offered to the replay buffer)."""
+    return [g for g in groups if bool(has_signal(g.rewards))]
+
+
+def episodes_have_signal(episodes: Sequence[Episode]) -> bool:
+    """Whether one group's episodes have signal (``advantages.has_signal`` of their rewards,
+    before any shaping): what regeneration counts and the task sampler records."""
+    return bool(has_signal(torch.tensor([e.reward for e in episodes], dtype=torch.float32)))
 
 
 def rescore(groups: list[ReplayGroup], score_fn: Callable) -> dict[str, float]:

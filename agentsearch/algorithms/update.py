@@ -89,9 +89,11 @@ def pad_rows(rows: Sequence[Row], device) -> dict[str, torch.Tensor]:
     return {k: v.to(device) for k, v in out.items()}
 
 
-def has_signal(rows: Sequence[Row], kl_on: bool) -> bool:
+def carries_gradient(rows: Sequence[Row], kl_on: bool) -> bool:
     """Whether a step on ``rows`` has a gradient: a nonzero advantage on a row with policy
-    tokens, or a KL or entropy term (``kl_on``: they pull whatever the advantages)."""
+    tokens, or a KL or entropy term (``kl_on``: they pull whatever the advantages). Not a
+    group's signal (``advantages.has_signal``): rows mix fresh and replayed groups and carry
+    per-token weights and terms that pull regardless."""
     return kl_on or any(r.adv != 0.0 and bool(r.mask.any()) for r in rows)
 
 
@@ -121,13 +123,13 @@ def policy_update(model, optimizer, scheduler, rows: Sequence[Row], cfg, *,
     pull = kl_on or float(getattr(cfg, "entropy_coef", 0.0)) > 0  # terms with a gradient whatever the advantages
     if not rows:
         return {"train/skipped": 1.0, "train/empty_batch": 1.0, "train/skipped_no_signal": 1.0}
-    if not has_signal(rows, pull):
+    if not carries_gradient(rows, pull):
         return {"train/skipped": 1.0, "train/skipped_no_signal": 1.0, "train/nonfinite": 0.0,
                 "train/rows": float(len(rows))}
     steps = [_optimizer_step(model, optimizer, mb, cfg, kl_on, ref_logprobs_fn)
              for _ in range(max(1, int(getattr(cfg, "update_epochs", 1))))
              for mb in minibatches(rows, getattr(cfg, "update_minibatch_size", None))
-             if has_signal(mb, pull)]
+             if carries_gradient(mb, pull)]
     taken = [s for s in steps if not s["train/skipped"]]
     if not taken:  # every step non-finite: weights unchanged
         return {**steps[-1], "train/rows": float(len(rows)), "train/optimizer_steps": 0.0}

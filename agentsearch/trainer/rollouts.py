@@ -22,7 +22,7 @@ import math
 from contextlib import nullcontext
 from dataclasses import replace
 
-from agentsearch.algorithms.grouping import episodes_to_groups, rescore
+from agentsearch.algorithms.grouping import episodes_have_signal, episodes_to_groups, rescore
 from agentsearch.algorithms.staleness import (
     as_sampled,
     gate_stale_groups,
@@ -34,7 +34,7 @@ from agentsearch.rollout import EventLoop, SamplingParams, arollout, derive_seed
 from agentsearch.rollout.engines import make_stream_engine
 from agentsearch.rollout.pool import GroupPool
 from agentsearch.rollout.streaming import astream_rollout
-from agentsearch.trainer.setup import TaskSampler, has_signal
+from agentsearch.trainer.setup import TaskSampler
 from agentsearch.trainer.train_config import TrainConfig
 
 __all__ = ["StepRollouts", "fresh_groups"]
@@ -123,13 +123,14 @@ class StepRollouts:
         episodes, stats = await first
         groups = [episodes[i:i + n] for i in range(0, len(episodes), n)]
         rounds = 0
-        while rounds < cfg.regenerate_rounds and (need := b - sum(map(has_signal, groups))) > 0:
+        with_signal = episodes_have_signal
+        while rounds < cfg.regenerate_rounds and (need := b - sum(map(with_signal, groups))) > 0:
             rounds += 1
             more, extra = await self._play(step, self.sampler.sample(need), "regenerate", rounds)
             groups += [more[i:i + n] for i in range(0, len(more), n)]
             stats = stats.merged(extra)
-        signal = [g for g in groups if has_signal(g)]
-        kept = (signal + [g for g in groups if not has_signal(g)])[:b]
+        signal = [g for g in groups if episodes_have_signal(g)]
+        kept = (signal + [g for g in groups if not episodes_have_signal(g)])[:b]
         stats.extra_metrics.update({"dynamic/rounds": float(rounds), "dynamic/groups_played": float(len(groups)),
                                     "dynamic/groups_with_signal": float(min(len(signal), b)),
                                     "dynamic/zero_variance_frac_played": 1.0 - len(signal) / len(groups)})

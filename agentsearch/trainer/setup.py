@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from agentsearch.algorithms.grouping import episodes_have_signal
 from agentsearch.core.config import ConfigError
 from agentsearch.envs.registration import make_env
 from agentsearch.envs.tools.latency import LatencyTool, ToolService
@@ -19,7 +20,7 @@ from agentsearch.envs.tools.retrieval import preflight
 from agentsearch.models.lora import apply_lora
 from agentsearch.trainer.train_config import TrainConfig
 
-__all__ = ["resolve_device", "build_policy", "build_backend", "build_envs", "has_signal",
+__all__ = ["resolve_device", "build_policy", "build_backend", "build_envs",
            "build_replay", "TaskSampler", "LatencyTool", "seed_everything", "preflight", "git_revision",
            "policy_tokenizer"]
 
@@ -182,13 +183,6 @@ def build_envs(cfg: TrainConfig, count: int, split: str = "train", questions: st
     return envs
 
 
-def has_signal(group: list) -> bool:
-    """A group of episodes is not zero-variance: they got different rewards (the rule of
-    ``algorithms.advantages.zero_variance_mask``)."""
-    rewards = [e.reward for e in group]
-    return max(rewards) - min(rewards) > 1e-8
-
-
 class TaskSampler:
     """Seeded epoch-wise shuffling over a task list; its state is checkpointed.
 
@@ -231,7 +225,7 @@ class TaskSampler:
             return
         for i in range(0, len(episodes) - n + 1, n):
             seen = self.history.setdefault(str(episodes[i].task_id), [])
-            seen.append(not has_signal(episodes[i:i + n]))
+            seen.append(not episodes_have_signal(episodes[i:i + n]))
             del seen[:-self.skip]
 
     def metrics(self) -> dict[str, float]:
