@@ -8,7 +8,7 @@ together); the other groups go on being played and are *carried* into the next t
 over-sampling (``async.oversample = m``): a group held up by a slow tool call or a long answer
 no longer holds up the step. Carried groups are taken first, and a group carried
 ``max_carry`` times (default 1) is waited for: completion order alone kept the longest groups
-carried, take after take, ever staler, until the drift gate dropped them.
+carried, take after take, ever staler: the first the drift gate would drop.
 
 With ``enough`` (a future the trainer completes when it has nothing left to do) a take
 returns as soon as ``enough`` is done and at least ``min_take`` groups are complete: the

@@ -161,10 +161,6 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
         progress.update(0, progress_line(last, last), force=True)
         timer.end_step()
 
-    def account(rstats):  # a rollout's phases count in the step during which it ran
-        for phase in ("generate", "env", "reward"):
-            timer.add(phase, rstats.metrics()[f"time/{phase}"])
-
     def checkpoint(at: int) -> None:
         with timer.phase("checkpoint"), rollouts.held():
             state.update(train_cumulative=timer.train_cumulative + timer.pending_train_time(),
@@ -188,7 +184,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
                     checkpoint(step - 1)
                 raise played
             episodes, rstats = played
-            account(rstats)
+            timer.account(rstats)
         else:
             (episodes, rstats), ahead = ahead, None
         version = rollouts.version  # the weights this step updates from
@@ -225,7 +221,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
             if isinstance(ahead, OutageError):  # this step finishes (logged, checkpointed), then stop
                 outage, ahead = ahead, None
             else:
-                account(ahead[1])
+                timer.account(ahead[1])
         else:
             lmetrics = learn()
         rollouts.trained()

@@ -48,6 +48,13 @@ class PhaseTimer:
         """Account time measured elsewhere (e.g. the rollout splits generate vs env itself)."""
         self._acc[name] += seconds
 
+    def account(self, rollout_stats) -> None:
+        """A rollout's ``generate``, ``env`` and ``reward`` seconds (its ``RolloutStats``) count
+        in the step during which it ran."""
+        m = rollout_stats.metrics()
+        for phase in ("generate", "env", "reward"):
+            self.add(phase, m[f"time/{phase}"])
+
     def beside(self, run_beside: Callable[[Callable[[], Any]], Any],
                work: Callable[[], Any]) -> Any:
         """``run_beside(work)``: ``work`` (this step's update) runs beside the next step's
