@@ -76,13 +76,13 @@ class FakeActorGroup:
         return [ray.put(out)]
 
 
-def make_trainer(rig, tmp_path, states=None):
+def make_trainer(rig, tmp_path, states=None, args=None):
     from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 
     from agentsearch.engines.openrlhf.ppo_trainer import AgentsearchPPOTrainer
     from agentsearch.engines.openrlhf.smoke import make_hdr_maker
 
-    args = rig.args(tmp_path / "ckpt")
+    args = args or rig.args(tmp_path / "ckpt")
     t = AgentsearchPPOTrainer.__new__(AgentsearchPPOTrainer)
     t.args, t.strategy, t.tokenizer = args, SimpleNamespace(args=args), rig.tok
     t.actor_model_group, t.critic_model_group, t.vllm_engines = FakeActorGroup(states), None, None

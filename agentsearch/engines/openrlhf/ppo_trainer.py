@@ -13,9 +13,11 @@ or replay). Against OpenRLHF's trainer it changes:
   ``OUT/metrics.jsonl`` in the local trainer's keys (``time/*`` phases,
   ``time/train_cumulative``, ``rollout/*``, ``replay/*``, ``eval/mean_at_n``), so
   ``agentsearch pareto`` reads an OpenRLHF run as it reads a local one;
-- **replay checkpoints**: one file per OpenRLHF checkpoint tag
-  (``CKPT/agentsearch_replay/global_stepN.pt``, the last ``ckpt.max_num`` kept); a resume
-  whose restored ``global_step`` has no replay file of that step stops with the reason.
+- **replay checkpoints**: one file per OpenRLHF checkpoint tag, ``global_stepN`` and
+  ``best_global_stepN`` alike (``CKPT/agentsearch_replay/global_stepN.pt``, the last
+  ``ckpt.max_num`` kept): DeepSpeed makes either tag ``latest``, the one a resume loads. The
+  train time (``time/train_cumulative``) goes into both tags' client states. A resume whose
+  restored ``global_step`` has no replay file of that step stops with the reason.
 """
 
 from __future__ import annotations
@@ -165,16 +167,37 @@ class AgentsearchPPOTrainer(PPOTrainer.__ray_actor_class__):
         # fit() adds timing/generation and timing/step_total after train_step
         self.train_cumulative += sum(float(logs[k]) for k in TIMING if k in logs)
         self._log({"step": int(global_step), **step_record(logs, self.train_cumulative)})
-        client_states = {**(client_states or {}), "agentsearch_train_cumulative": self.train_cumulative}
-        super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
-        if self.replaying and global_step % self.args.ckpt.save_steps == 0:
-            path = replay_state_path(self.args.ckpt.path, global_step)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"global_step": int(global_step), **self.experience_maker.state_dict()}, str(path) + ".tmp")
-            os.replace(str(path) + ".tmp", path)
-            kept = sorted(path.parent.glob("global_step*.pt"), key=lambda p: int(p.stem.removeprefix("global_step")))
-            for old in kept[: max(0, len(kept) - int(self.args.ckpt.max_num))]:
-                old.unlink()
+        super().save_logs_and_checkpoints(global_step, logs_dict,
+                                          self._client_states(client_states))
+        if global_step % self.args.ckpt.save_steps == 0:
+            self._save_replay(global_step)
+
+    def save_best_checkpoint(self, eval_metrics, global_step, client_states=None):
+        """OpenRLHF's best checkpoint (``best_global_stepN``) with what a resume needs: DeepSpeed
+        makes that tag ``latest`` as well, so a relaunch resumes from it; the replay state and
+        train time of step N are saved with it (a best step need not be a ``save_steps`` one)."""
+        best = self.best_eval_metric_value
+        super().save_best_checkpoint(eval_metrics, global_step, self._client_states(client_states))
+        if self.best_eval_metric_value != best:  # OpenRLHF saved one (a new best)
+            self._save_replay(global_step)
+
+    def _client_states(self, client_states) -> dict:
+        return {**(client_states or {}), "agentsearch_train_cumulative": self.train_cumulative}
+
+    def _save_replay(self, global_step: int) -> None:
+        """The replay state of ``global_step`` next to OpenRLHF's checkpoint of that step;
+        the newest ``ckpt.max_num`` files are kept (the latest tag's is always the newest)."""
+        if not self.replaying:
+            return
+        path = replay_state_path(self.args.ckpt.path, global_step)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        state = {"global_step": int(global_step), **self.experience_maker.state_dict()}
+        torch.save(state, str(path) + ".tmp")
+        os.replace(str(path) + ".tmp", path)
+        kept = sorted(path.parent.glob("global_step*.pt"),
+                      key=lambda p: int(p.stem.removeprefix("global_step")))
+        for old in kept[: max(0, len(kept) - int(self.args.ckpt.max_num))]:
+            old.unlink()
 
     def init_checkpoint_states(self):
         states = super().init_checkpoint_states()
