@@ -8,10 +8,11 @@ runs until it ends (an engine's rollout loop freezes with it). math-verify's own
 
 So the comparison runs in one long-lived child process, ``MathGrader``: the caller waits at
 most ``timeout_s`` for its answer; on timeout the child is killed (a new one starts right
-away, in the background) and the call says so. The child is this file run as a script (it
-imports no agentsearch module, only math-verify or sympy, and starts, warmed up by two
-comparisons, in about two seconds) and
-speaks JSON lines: ``{"pred": str, "golds": [str]}`` in, ``{"equal": bool}`` out.
+away, in the background) and the call says so. A child that cannot start, or dies, is an
+infrastructure failure (``InfraError``: the env waits and asks again), never a verdict. The
+child is this file run as a script (it imports no agentsearch module, only math-verify or
+sympy, and starts, warmed up by two comparisons, in about two seconds) and speaks JSON lines:
+``{"pred": str, "golds": [str]}`` in, ``{"equal": bool}`` out.
 ``agentsearch.envs.rewards.math_grade`` asks it only when the cheap text and number checks
 cannot decide.
 """
@@ -110,7 +111,8 @@ def _serve() -> None:
 # ---------------------------------------------------------------- the client (caller side)
 class MathGrader:
     """One child process that compares math answers (module doc); thread-safe, one request
-    at a time. ``equal`` returns ``None`` when the answer did not come within ``timeout_s``."""
+    at a time (callers wait for each other). ``equal`` returns ``None`` when the answer did not
+    come within ``timeout_s``, and raises ``InfraError`` when the child failed."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -118,6 +120,7 @@ class MathGrader:
         self._err = None
         self._buf = b""
         self._ready = False
+        self._killer: tuple | None = None  # the last request whose comparison killed a child
 
     def _spawn(self) -> None:
         code = ("import sys, runpy; sys.path.pop(0); "  # not the cwd: a local math.py would shadow
@@ -159,38 +162,76 @@ class MathGrader:
             self._err.close()
             self._err = None
 
+    def _unavailable(self, why: str) -> Exception:
+        """The infrastructure error of a checker that failed (``core.reliability``): the
+        caller waits and asks again; it is never the answer's verdict."""
+        from agentsearch.core.reliability import InfraError  # here: the child imports none
+
+        return InfraError(f"the math answer checker ({__name__}) {why}")
+
+    def _restart(self) -> None:
+        """Replace the child; the new one starts in the background (a failure to start it
+        shows on the next call)."""
+        self._stop()
+        try:
+            self._spawn()
+        except OSError as e:
+            log.warning("the math answer checker did not restart: %s", e)
+            self._stop()
+
+    def _start(self) -> None:
+        """A ready child, or ``InfraError``."""
+        if self._proc is None or self._proc.poll() is not None:
+            self._stop()
+            try:
+                self._spawn()
+            except OSError as e:  # no interpreter, no process left (EAGAIN), ...
+                self._stop()
+                raise self._unavailable(f"did not start: {type(e).__name__}: {e}") from e
+        if not self._ready:
+            if not self._read_line(time.monotonic() + START_TIMEOUT_S):
+                err = self._stderr_tail()
+                self._stop()
+                raise self._unavailable(f"did not start: {err or 'no output'}")
+            self._ready = True
+
     def equal(self, prediction: str, golden_answers: list[str], timeout_s: float) -> bool | None:
         """Whether ``prediction`` equals any golden answer (``slow_equal``), or ``None`` if the
-        child did not answer within ``timeout_s`` seconds (it is then replaced). Starting a
-        child is not counted (at most ``START_TIMEOUT_S``). A child that cannot start is a
-        ``RuntimeError`` with its error output."""
-        if not self._lock.acquire(timeout=max(timeout_s, 0.0)):
-            return None
-        try:
-            if self._proc is None or self._proc.poll() is not None:
-                self._stop()
-                self._spawn()
-            if not self._ready:
-                if not self._read_line(time.monotonic() + START_TIMEOUT_S):
-                    err = self._stderr_tail()
-                    self._stop()
-                    raise RuntimeError(f"the math answer checker ({__name__}) did not start: {err}")
-                self._ready = True
+        live child did not answer within ``timeout_s`` seconds (it is then replaced): only
+        the answer's own time counts, not the wait for another caller's answer (one at a time)
+        or for a child to start (at most ``START_TIMEOUT_S``).
+
+        A child that cannot start or dies while it compares is an infrastructure failure, an
+        ``InfraError`` (``core.reliability``: the caller waits and asks again), with its error
+        output. If the same answer then kills the next child too, the answer is the cause
+        (e.g. memory for a huge power): ``None``, as for a timeout."""
+        with self._lock:
+            self._start()
+            request = (prediction, list(golden_answers))
             req = json.dumps({"pred": prediction, "golds": list(golden_answers)}) + "\n"
             try:
                 os.write(self._proc.stdin.fileno(), req.encode())
                 line = self._read_line(time.monotonic() + timeout_s)
             except OSError:  # the child died (BrokenPipeError)
                 line = b""
-            if not line:
-                if line == b"":
-                    log.warning("the math answer checker died: %s", self._stderr_tail())
-                self._stop()
-                self._spawn()  # ready for the next answer (it starts in the background)
+            if line is None:  # alive, and still comparing: the answer's time is up
+                self._restart()
                 return None
-            return bool(json.loads(line)["equal"])
-        finally:
-            self._lock.release()
+            try:
+                equal = bool(json.loads(line)["equal"]) if line else None
+            except (ValueError, KeyError, TypeError):  # a broken reply: the child is unwell
+                equal = None
+            if equal is not None:
+                self._killer = None if self._killer == request else self._killer
+                return equal
+            err = self._stderr_tail() if line == b"" else f"bad reply {line[:200]!r}"
+            self._restart()
+            if self._killer == request:  # this answer killed the previous child as well
+                log.warning("the math answer checker died twice on the answer %r; counted as not "
+                            "equal", prediction[:80])
+                return None
+            self._killer = request
+            raise self._unavailable(f"checker died while comparing ({err or 'killed'})")
 
     def close(self) -> None:
         """Stop the child (``atexit`` calls it for the shared grader)."""

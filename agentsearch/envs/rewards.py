@@ -198,6 +198,10 @@ def math_grade(prediction: str, golden_answers: list[str], *,
     loop alike: an answer it cannot settle in time (e.g. ``9^{9^{9^{9}}}``) is not equal,
     ``timed_out=True``, and a warning is logged. The common cases (equal text, numbers) never
     reach it. Strings over 400 characters are compared as text only.
+
+    A checker that fails (its process cannot start, or dies) raises ``InfraError``
+    (``agentsearch.core.reliability``): no verdict, the answer is graded again once the
+    checker is back (``TextEnv`` waits for it as for a dead retriever).
     """
     global _warned
     if any(normalize_answer(prediction) == normalize_answer(g) for g in golden_answers):
@@ -225,7 +229,8 @@ def math_grade(prediction: str, golden_answers: list[str], *,
 
 def math_equal(prediction: str, golden_answers: list[str], *, timeout_s: float | None = None) -> bool:
     """``math_grade(...).equal``: whether ``prediction`` equals any golden answer (an answer
-    the checker cannot settle within the time limit is not equal)."""
+    the checker cannot settle within the time limit is not equal; a failed checker raises
+    ``InfraError``)."""
     return math_grade(prediction, golden_answers, timeout_s=timeout_s).equal
 
 

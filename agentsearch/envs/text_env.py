@@ -241,7 +241,9 @@ class TextEnv(gym.Env, abc.ABC):
 
     @abc.abstractmethod
     def score(self, answer: str, task: dict) -> AnswerScore:
-        """How good a final answer is for ``task`` (the success bit and the reward)."""
+        """How good a final answer is for ``task`` (the success bit and the reward). A grader
+        that failed (a service, a checker process) raises ``InfraError``: the step waits and
+        asks again (``core.reliability``), the answer is never scored on the failure."""
 
     def tool_kwargs(self) -> dict[str, dict]:
         return dict(self.config.tool_kwargs)
@@ -312,9 +314,11 @@ class TextEnv(gym.Env, abc.ABC):
         obs, terminated, truncated, answer_score = "", False, False, None
         self.last_step_timing = {"reward_s": 0.0}
         if turn.kind == "answer":
-            t0 = time.perf_counter()
-            answer_score = self.score(turn.answer, self._task)
+            t0, counts = time.perf_counter(), {"infra_errors": 0}
+            answer_score = await call_until_up(  # a failed grader (InfraError) is no verdict: wait
+                lambda: self._grade(turn.answer), "answer grading", counts)
             self.last_step_timing["reward_s"] = time.perf_counter() - t0
+            info.update(counts if counts["infra_errors"] else {})
             info.update(answer=turn.answer, answer_correct=bool(answer_score.correct))
             info.update({f"metric/{k}": float(v) for k, v in answer_score.metrics.items()})
             terminated = True
@@ -358,6 +362,9 @@ class TextEnv(gym.Env, abc.ABC):
         msg = f"Your last turn was invalid: {error}. {usage}"
         return self.chat.close_turn(action) + self.chat.continuation(
             [{"role": "user", "content": msg}], tools=self.tool_schemas())
+
+    async def _grade(self, answer: str) -> AnswerScore:
+        return self.score(answer, self._task)
 
     async def _call_tool(self, name: str, arguments: dict, counts: dict) -> tuple[str, float, str | None]:
         tool = self.tools[name]

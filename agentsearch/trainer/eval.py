@@ -220,15 +220,20 @@ def cli_policy(a):
 def main(a) -> int:
     """``agentsearch eval``: a run's final model, or a model by name, on a split or file.
     Unless given on the command line, the split, question count, samples and temperature are
-    the run's (or preset's) ``eval`` settings."""
+    the run's (or preset's) ``eval`` settings. An infrastructure outage past
+    ``reliability.outage_budget_s`` prints ``{"eval/invalid": 1.0, "reason": ...}``, never a
+    score, and exits with code 3."""
     import json
     import sys
     import time
     from pathlib import Path
 
+    from agentsearch.core.reliability import OutageError, outages
     from agentsearch.trainer.setup import build_backend, preflight
 
     cfg, model, tok = cli_policy(a)
+    outages.configure(budget_s=cfg.reliability.outage_budget_s,
+                      warn_every_s=cfg.reliability.warn_every_s)
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
     split = a.split or cfg.eval.split
@@ -255,6 +260,11 @@ def main(a) -> int:
             print(f"[eval] turn {turn}: {done}/{total} episodes done ({time.perf_counter() - t0:.0f} s)",
                   file=sys.stderr, flush=True)
 
-        res = evaluate(backend, envs, tasks, **settings, loop=events, samples_to=a.samples, on_turn=progress)
+        try:
+            res = evaluate(backend, envs, tasks, **settings, loop=events, samples_to=a.samples,
+                           on_turn=progress)
+        except OutageError as e:  # a retriever or grader down past the budget: no score at all
+            print(json.dumps({"eval/invalid": 1.0, "reason": str(e)}, indent=1))
+            raise  # exit code 3
     print(json.dumps(res, indent=1))
     return 0
