@@ -35,6 +35,7 @@ test: $(STAMP_TEST)
 	$(VENV)/bin/lint-imports --no-logo --no-cache
 	PYTHONFAULTHANDLER=1 AGENTSEARCH_REQUIRE_EXTRAS=1 $(PY) -m pytest -m "not pyserini"
 	PYTHONFAULTHANDLER=1 AGENTSEARCH_REQUIRE_EXTRAS=1 $(PY) -m pytest -m pyserini
+	$(PY) scripts/check_results.py
 
 install: $(STAMP_BASE)
 install-test: $(STAMP_TEST)

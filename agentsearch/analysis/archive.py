@@ -29,15 +29,20 @@ REFERENCE_METHOD = "on_policy_larger"
 def finished_runs(suite: str | Path) -> tuple[list[Path], list[str]]:
     """The suite's finished runs (``final_evals.json`` present) and the names of the others."""
     suite = Path(suite)
-    started = sorted(r for r in suite.iterdir()
-                     if (r / "metrics.jsonl").exists() or (r / "metrics.jsonl.gz").exists())
+    started = sorted(
+        r
+        for r in suite.iterdir()
+        if (r / "metrics.jsonl").exists() or (r / "metrics.jsonl.gz").exists()
+    )
     runs = [r for r in started if (r / "final_evals.json").exists()]
     return runs, [r.name for r in started if r not in runs]
 
 
-def calibrations(suite: str | Path) -> list[dict]:
-    """The machine calibrations beside the suite (``hard_world.py calibrate``), oldest first."""
-    return [json.loads(c.read_text()) for c in sorted((Path(suite).parent / "calibration").glob("*.json"))]
+def calibrations(suite: str | Path, folder: str | Path | None = None) -> list[dict]:
+    """The machine calibrations beside the suite (``hard_world.py calibrate``; or in ``folder``),
+    oldest first."""
+    folder = Path(suite).parent / "calibration" if folder is None else Path(folder)
+    return [json.loads(c.read_text()) for c in sorted(folder.glob("*.json"))]
 
 
 def _pinned(run: Path) -> float | None:
@@ -49,10 +54,11 @@ def _factor(cals: list[dict], run) -> float | None:
     return calibration_factor(run.records, cals, _pinned(run.path))
 
 
-def reference_clock(suite: str | Path):
+def reference_clock(suite: str | Path, folder: str | Path | None = None):
     """``time_scale`` for ``pareto.analyse``: a run's factor to the reference machine's clock (its
-    pinned calibration, else the last before its first record; None: no calibration applies)."""
-    return partial(_factor, calibrations(suite))
+    pinned calibration, else the last before its first record; None: no calibration applies);
+    the calibrations beside the suite, or in ``folder``."""
+    return partial(_factor, calibrations(suite, folder))
 
 
 def analysed(suite: str | Path, share: float | None = 0.9, runs: list[Path] | None = None) -> dict:
@@ -66,5 +72,10 @@ def analysed(suite: str | Path, share: float | None = 0.9, runs: list[Path] | No
     base = next((m for m in full["methods"] if m["method"] == REFERENCE_METHOD), None)
     if base is None or base["final_mean"] is None:
         return full
-    return analyse(runs, label_by="dir", time_scale=reference_clock(suite), target_method=REFERENCE_METHOD,
-                   target_score=share * base["final_mean"])
+    return analyse(
+        runs,
+        label_by="dir",
+        time_scale=reference_clock(suite),
+        target_method=REFERENCE_METHOD,
+        target_score=share * base["final_mean"],
+    )

@@ -24,32 +24,54 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["DirtyTree", "tree_state", "machine_line", "stamp", "require_clean", "stamp_run", "run_provenance",
-           "ROOT", "RUN_FILE", "ALLOW_DIRTY_HELP"]
+__all__ = [
+    "DirtyTree",
+    "tree_state",
+    "machine_line",
+    "stamp",
+    "require_clean",
+    "stamp_run",
+    "run_provenance",
+    "ROOT",
+    "RUN_FILE",
+    "ALLOW_DIRTY_HELP",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 """The checkout this package runs from (its code is what a record's revision names)."""
-ALLOW_DIRTY_HELP = ("development only: run on a tree with uncommitted changes; the records are "
-                    "marked not citable (\"citable\": false)")
+ALLOW_DIRTY_HELP = (
+    "development only: run on a tree with uncommitted changes; the records are "
+    'marked not citable ("citable": false)'
+)
 
 
 class DirtyTree(SystemExit):
-    """A record writer refused to start: the tree has uncommitted changes (the message names them)."""
+    """A record writer refused to start: the tree has uncommitted changes (the message names
+    them)."""
 
 
 def tree_state(root: str | Path = ROOT) -> dict:
     """``{"git": revision or "unknown", "dirty": [porcelain lines]}`` of the checkout at ``root``;
     outside a git checkout (or without git) the revision is unknown and the tree counts as dirty."""
+
     def git(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
+        return subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30
+        )
 
     try:
         rev, status = git("rev-parse", "HEAD"), git("status", "--porcelain")
     except (OSError, subprocess.SubprocessError) as e:
         return {"git": "unknown", "dirty": [f"git failed: {e}"]}
     if rev.returncode != 0 or status.returncode != 0:
-        return {"git": "unknown", "dirty": [f"not a git checkout: {(rev.stderr or status.stderr).strip()}"]}
-    return {"git": rev.stdout.strip(), "dirty": [ln for ln in status.stdout.splitlines() if ln.strip()]}
+        return {
+            "git": "unknown",
+            "dirty": [f"not a git checkout: {(rev.stderr or status.stderr).strip()}"],
+        }
+    return {
+        "git": rev.stdout.strip(),
+        "dirty": [ln for ln in status.stdout.splitlines() if ln.strip()],
+    }
 
 
 def _cpu_model() -> str:
@@ -72,16 +94,23 @@ def machine_line() -> str:
             cap = f", torch {torch.__version__} {torch.backends.cpu.get_cpu_capability()}"
         except (AttributeError, RuntimeError):
             cap = f", torch {getattr(torch, '__version__', '?')}"
-    return (f"{platform.machine()}, {os.cpu_count()} cores, {_cpu_model()}{cap}, "
-            f"python {platform.python_version()}")
+    return (
+        f"{platform.machine()}, {os.cpu_count()} cores, {_cpu_model()}{cap}, "
+        f"python {platform.python_version()}"
+    )
 
 
 def stamp(root: str | Path = ROOT) -> dict:
     """The provenance a record carries (module doc); ``citable`` only for a clean tree."""
     state = tree_state(root)
     clean = not state["dirty"]
-    out = {"git": state["git"], "clean": clean, "citable": clean, "machine": machine_line(),
-           "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    out = {
+        "git": state["git"],
+        "clean": clean,
+        "citable": clean,
+        "machine": machine_line(),
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     if not clean:
         out["dirty"] = state["dirty"][:20]
     return out
@@ -93,8 +122,10 @@ def require_clean(what: str, allow_dirty: bool = False, root: str | Path = ROOT)
     s = stamp(root)
     if not s["clean"] and not allow_dirty:
         shown = "\n  ".join(s["dirty"][:10]) + ("\n  ..." if len(s["dirty"]) > 10 else "")
-        raise DirtyTree(f"{what}: refusing to write records from a tree with uncommitted changes "
-                        f"(commit them first; --allow-dirty for development, records not citable):\n  {shown}")
+        raise DirtyTree(
+            f"{what}: refusing to write records from a tree with uncommitted changes "
+            f"(commit them first; --allow-dirty for development, records not citable):\n  {shown}"
+        )
     return s
 
 
@@ -126,6 +157,8 @@ def run_provenance(run_dir: str | Path) -> dict:
     if not path.exists():
         return {"git": [], "citable": None, "machines": []}
     sessions = json.loads(path.read_text()).get("sessions", [])
-    return {"git": list(dict.fromkeys(s.get("git") for s in sessions)),
-            "citable": bool(sessions) and all(s.get("citable") for s in sessions),
-            "machines": list(dict.fromkeys(s.get("machine") for s in sessions))}
+    return {
+        "git": list(dict.fromkeys(s.get("git") for s in sessions)),
+        "citable": bool(sessions) and all(s.get("citable") for s in sessions),
+        "machines": list(dict.fromkeys(s.get("machine") for s in sessions)),
+    }
