@@ -120,3 +120,23 @@ def test_an_eval_whose_checker_stays_down_stops_without_a_score(monkeypatch, own
     with pytest.raises(OutageError, match="past reliability.outage_budget_s=0.3"):
         evaluate(backend, [MathEnv(max_turns=2) for _ in range(2)], [TASK, TASK],
                  max_new_tokens=16)
+
+
+def test_grading_runs_off_the_event_loop(monkeypatch, own_grader):
+    """While an answer is graded (here the tower, for its whole 1 s limit), the loop's other
+    coroutines (other episodes' tool calls, an engine's driver) keep running."""
+    monkeypatch.setattr(rewards, "GRADING_TIMEOUT_S", 1.0)
+    assert own_grader.equal("x + 1", ["1 + x"], 30)  # the checker starts: not timed below
+    env = MathEnv(max_turns=2)
+    env.reset(options={"task": {"id": "s", "question": "?", "golden_answers": ["1"]}})
+
+    async def grade_and_tick():
+        ticks, step = 0, asyncio.ensure_future(env.astep(f"<answer>{SLOW}</answer>"))
+        while not step.done():
+            await asyncio.sleep(0.01)
+            ticks += 1
+        return ticks, step.result()
+
+    ticks, (_, reward, terminated, _, info) = asyncio.run(grade_and_tick())
+    assert terminated and reward == 0.0 and info["metric/grading_timeout"] == 1.0
+    assert ticks >= 30, f"{ticks} ticks in ~1 s of grading: the grade blocked the event loop"

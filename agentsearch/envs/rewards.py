@@ -15,13 +15,16 @@ punctuation and articles, collapse whitespace), as in Search-R1's ``qa_em``.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import concurrent.futures
 import importlib.util
 import logging
 import os
 import re
 import string
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +35,7 @@ from agentsearch.envs.math_grader import MathGrader
 
 __all__ = ["AnswerScore", "normalize_answer", "exact_match", "f1_score", "qa_score",
            "math_equal", "math_grade", "MathGrade", "GRADING_TIMEOUT_S", "step_rewards",
+           "grade_off_loop",
            "REWARD_KEYS", "register_answer_reward", "unregister_answer_reward", "answer_reward",
            "answer_rewards"]
 
@@ -156,8 +160,31 @@ def _get_grader() -> MathGrader:
 
 
 def _forget_grader() -> None:  # a forked child must not share its parent's checker process
-    global _grader, _grader_lock
-    _grader, _grader_lock = None, threading.Lock()
+    global _grader, _grader_lock, _grading_thread
+    _grader, _grader_lock, _grading_thread = None, threading.Lock(), None  # nor its threads
+
+
+_grading_thread: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+async def grade_off_loop(score: Callable[[str, dict], AnswerScore], answer: str,
+                         task: dict) -> tuple[AnswerScore, float]:
+    """``score(answer, task)`` on the process's grading thread, and the seconds it took
+    there (not counting its wait for the thread): a slow grade (the math checker takes up to
+    ``GRADING_TIMEOUT_S``, plus a restart) never blocks the event loop the other episodes run
+    on (``TextEnv`` grades every answer so). One thread: grades run one at a time, as the
+    checker takes them, and a ``score`` need not be thread-safe with other grades."""
+    global _grading_thread
+    with _grader_lock:
+        if _grading_thread is None:
+            _grading_thread = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="agentsearch-grade")
+
+    def timed() -> tuple[AnswerScore, float]:
+        t0 = time.perf_counter()
+        return score(answer, task), time.perf_counter() - t0
+
+    return await asyncio.get_running_loop().run_in_executor(_grading_thread, timed)
 
 
 if hasattr(os, "register_at_fork"):

@@ -56,7 +56,7 @@ from gymnasium.spaces import Text
 
 from agentsearch.core.reliability import OutageError, call_until_up
 from agentsearch.envs.parsing import JsonToolParser, SearchR1Parser, TagParser, Turn
-from agentsearch.envs.rewards import AnswerScore, step_rewards
+from agentsearch.envs.rewards import AnswerScore, grade_off_loop, step_rewards
 from agentsearch.envs.templates import ChatFormat, cut_to_tokens
 from agentsearch.envs.tools.protocol import Tool, call_once, load_tools, tag_argument, tool_schema
 
@@ -241,9 +241,10 @@ class TextEnv(gym.Env, abc.ABC):
 
     @abc.abstractmethod
     def score(self, answer: str, task: dict) -> AnswerScore:
-        """How good a final answer is for ``task`` (the success bit and the reward). A grader
-        that failed (a service, a checker process) raises ``InfraError``: the step waits and
-        asks again (``core.reliability``), the answer is never scored on the failure."""
+        """How good a final answer is for ``task`` (the success bit and the reward). Runs on
+        the grading thread, off the event loop (``rewards.grade_off_loop``). A grader that
+        failed (a service, a checker process) raises ``InfraError``: the step waits and asks
+        again (``core.reliability``), the answer is never scored on the failure."""
 
     def tool_kwargs(self) -> dict[str, dict]:
         return dict(self.config.tool_kwargs)
@@ -314,10 +315,10 @@ class TextEnv(gym.Env, abc.ABC):
         obs, terminated, truncated, answer_score = "", False, False, None
         self.last_step_timing = {"reward_s": 0.0}
         if turn.kind == "answer":
-            t0, counts = time.perf_counter(), {"infra_errors": 0}
-            answer_score = await call_until_up(  # a failed grader (InfraError) is no verdict: wait
-                lambda: self._grade(turn.answer), "answer grading", counts)
-            self.last_step_timing["reward_s"] = time.perf_counter() - t0
+            counts = {"infra_errors": 0}
+            answer_score, self.last_step_timing["reward_s"] = await call_until_up(  # a failed grader
+                lambda: grade_off_loop(self.score, turn.answer, self._task),  # is no verdict: wait
+                "answer grading", counts)
             info.update(counts if counts["infra_errors"] else {})
             info.update(answer=turn.answer, answer_correct=bool(answer_score.correct))
             info.update({f"metric/{k}": float(v) for k, v in answer_score.metrics.items()})
@@ -362,9 +363,6 @@ class TextEnv(gym.Env, abc.ABC):
         msg = f"Your last turn was invalid: {error}. {usage}"
         return self.chat.close_turn(action) + self.chat.continuation(
             [{"role": "user", "content": msg}], tools=self.tool_schemas())
-
-    async def _grade(self, answer: str) -> AnswerScore:
-        return self.score(answer, self._task)
 
     async def _call_tool(self, name: str, arguments: dict, counts: dict) -> tuple[str, float, str | None]:
         tool = self.tools[name]
