@@ -92,6 +92,7 @@ def make_trainer(rig, tmp_path, states=None, args=None):
     t.best_eval_metric_key, t.best_eval_metric_value, t._latest_eval_metric_value = "", -math.inf, None
     t.settings, t.fresh_per_step, t.run_dir = None, FRESH, tmp_path
     t.train_cumulative, t.replaying = 0.0, True
+    t.eval_dataloader, t.eval_every = None, 0
     t.prompts_dataloader = SimpleNamespace(dataset=list(range(7 * FRESH)))
     return t
 

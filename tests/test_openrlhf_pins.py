@@ -61,6 +61,17 @@ def test_extension_points_we_use_are_where_we_expect_them():
     trainer = PPOTrainer.__ray_actor_class__
     for name in ("train_step", "save_logs_and_checkpoints", "init_checkpoint_states"):
         assert name in vars(trainer) or hasattr(trainer, name), name
+    # our trainer's hooks: train_step calls _compute_rollout_stats (where a step without signal
+    # stops) after making the experience and before the actors get the rows; fit calls
+    # init_checkpoint_states first (the step-0 evaluation), save_logs_and_checkpoints (ours
+    # evaluates there) after each step, and its own evaluation only every args.eval.steps
+    step_src = inspect.getsource(trainer.train_step)
+    assert step_src.index("make_experience_batch(") < step_src.index("_compute_rollout_stats(") \
+        < step_src.index('method_name="append"') < step_src.index("self.ppo_train(")
+    fit_src = inspect.getsource(trainer.fit)
+    order = ("self.init_checkpoint_states()", "self.train_step(", "self.save_logs_and_checkpoints(",
+             "% self.args.eval.steps == 0")
+    assert [fit_src.index(x) for x in order] == sorted(fit_src.index(x) for x in order)
     assert {"sequences", "action_mask", "action_log_probs", "base_action_log_probs", "kl", "rewards",
             "advantages", "index", "info"} <= set(Experience.__dataclass_fields__)
     # the weight sync we replace under LoRA, and the engine-side method it calls

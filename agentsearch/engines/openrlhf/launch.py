@@ -276,8 +276,9 @@ def openrlhf_arguments(cfg: OpenRLHFConfig, run: Path, model: str, train: Path,
     if cfg.colocate_all:
         argv += ["--train.colocate_all", "--vllm.enable_sleep", "--ds.enable_sleep"]
     if evalf is not None:
-        argv += ["--eval.dataset", str(evalf), "--eval.steps", str(t.eval.every or -1),
-                 "--eval.temperature", str(t.eval.temperature), "--eval.n_samples_per_prompt", str(t.eval.n)]
+        # no --eval.steps: the trainer evaluates on the local schedule (ppo_trainer.eval_due)
+        argv += ["--eval.dataset", str(evalf), "--eval.temperature", str(t.eval.temperature),
+                 "--eval.n_samples_per_prompt", str(t.eval.n)]
     return argv + [str(a) for a in cfg.extra_args]
 
 
@@ -289,7 +290,9 @@ def settings(cfg: OpenRLHFConfig) -> dict:
         "headroom_weighting": r.headroom_weighting, "drift_kind": r.drift_kind,
         "success_threshold": r.success_threshold, "seed": cfg.train.seed}
     return {"replay": replay, "lora_rank": cfg.train.lora.r if cfg.train.lora.enabled else 0,
-            "fresh_per_step": cfg.train.prompts_per_step, "optimizer_steps_per_step": optimizer_steps_per_step(cfg), "out": str(Path(cfg.out).resolve()),
+            "fresh_per_step": cfg.train.prompts_per_step, "eval_every": cfg.train.eval.every,
+            "optimizer_steps_per_step": optimizer_steps_per_step(cfg),
+            "out": str(Path(cfg.out).resolve()),
             "config": to_dict(cfg)}
 
 

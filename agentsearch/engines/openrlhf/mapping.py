@@ -87,7 +87,10 @@ FIELDS: dict[str, str] = {
     "replay.drift_kind": "replay settings file", "replay.success_threshold": "replay settings file",
     "sft.*": "refused when `sft.steps` or `sft.pretrain_steps` > 0: warm-start with `agentsearch train` "
              "and launch with `train.init_from=RUN/final`",
-    "eval.every": "`--eval.steps`", "eval.split": "the eval prompt file's split",
+    "eval.every": "the local schedule, run by the trainer (`ppo_trainer.eval_due`): step 0, every "
+                  "`eval.every` steps and the last step (0: step 0 and the last); OpenRLHF's "
+                  "`--eval.steps` is off",
+    "eval.split": "the eval prompt file's split",
     "eval.questions": "the eval prompt file's source", "eval.limit": "eval questions unless `eval_questions`",
     "eval.per_source": "how the eval prompt file samples a multi-source file (as the local eval)",
     "eval.n": "`--eval.n_samples_per_prompt`", "eval.temperature": "`--eval.temperature`",

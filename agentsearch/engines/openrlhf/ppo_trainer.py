@@ -13,6 +13,13 @@ or replay). Against OpenRLHF's trainer it changes:
   ``OUT/metrics.jsonl`` in the local trainer's keys (``time/*`` phases,
   ``time/train_cumulative``, ``rollout/*``, ``replay/*``, ``eval/mean_at_n``), so
   ``agentsearch pareto`` reads an OpenRLHF run as it reads a local one;
+- **evaluation**: the local trainer's schedule (``eval_due``): step 0, every ``eval.every``
+  steps and the last step (``eval.every=0``: step 0 and the last). OpenRLHF's own schedule
+  (``--eval.steps``) is off; a best-eval checkpoint is saved at any evaluation after step 0;
+- **steps without signal** (no advantage on any policy token, no KL loss or entropy term:
+  ``carries_gradient``) take no optimizer or LR step, as the local update: the rows never
+  reach the actors (OpenRLHF's update would step Adam on a zero gradient, and its momentum
+  and weight decay would move the weights); ``train/skipped_no_signal`` says so;
 - **replay checkpoints**: one file per OpenRLHF checkpoint tag, ``global_stepN`` and
   ``best_global_stepN`` alike (``CKPT/agentsearch_replay/global_stepN.pt``, the last
   ``ckpt.max_num`` kept): DeepSpeed makes either tag ``latest``, the one a resume loads. The
@@ -36,7 +43,7 @@ import ray  # noqa: E402
 from openrlhf.trainer.ppo_trainer import PPOTrainer, compute_eval_metrics  # noqa: E402
 
 __all__ = ["AgentsearchPPOTrainer", "AgentsearchPPOTrainerActor", "replay_state_path", "step_record",
-           "fresh_rollout_stats", "eval_record", "REPLAY_DIR"]
+           "fresh_rollout_stats", "eval_record", "REPLAY_DIR", "eval_due", "carries_gradient"]
 
 REPLAY_DIR = "agentsearch_replay"
 TIMING = {"timing/generation": "time/generate", "timing/make_experience": "time/logprobs",
@@ -45,6 +52,29 @@ TIMING = {"timing/generation": "time/generate", "timing/make_experience": "time/
 """OpenRLHF's per-phase timings -> the local trainer's ``time/*`` phases (disjoint)."""
 TRAIN = {"policy_loss": "train/loss", "actor_grad_norm": "train/grad_norm", "actor_lr": "train/lr",
          "ppo_clip_ratio": "train/clip_frac", "ppo_kl": "train/approx_kl", "kl": "train/kl_ref"}
+
+
+def eval_due(step: int, every: int, last: int) -> bool:
+    """Whether the local trainer (``trainer/loop.py``) evaluates at ``step``: step 0, every
+    ``every``-th step and the ``last`` one (``every=0``: step 0 and the last)."""
+    return step == 0 or step == last or (every > 0 and step % every == 0)
+
+
+def carries_gradient(experiences, pull: bool) -> bool:
+    """Whether an update on ``experiences`` has a gradient, the local update's rule
+    (``algorithms.update.carries_gradient``): a nonzero advantage on a policy token, or a
+    term that pulls whatever the advantages (``pull``: a KL loss or an entropy bonus)."""
+    return pull or any(bool(((e.advantages != 0) & e.action_mask.bool()).any())
+                       for e in experiences if e.advantages is not None)
+
+
+class _NoSignal(Exception):
+    """Raised inside OpenRLHF's ``train_step`` after the experience is made and before the
+    rows go to the actors (``stats``: the step's rollout stats)."""
+
+    def __init__(self, stats: dict):
+        super().__init__("no signal")
+        self.stats = stats
 
 
 def replay_state_path(ckpt_path: str | Path, global_step: int) -> Path:
@@ -82,7 +112,7 @@ def step_record(status: dict, train_cumulative: float) -> dict:
     rec["time/step"] = sum(rec.values())
     rec.update({v: float(status[k]) for k, v in TRAIN.items() if isinstance(status.get(k), (int, float))})
     rec.update({k: float(v) for k, v in status.items()
-                if k.startswith(("rollout/", "replay/")) and isinstance(v, (int, float))})
+                if k.startswith(("rollout/", "replay/", "train/")) and isinstance(v, (int, float))})
     rec["time/train_cumulative"] = train_cumulative
     return rec
 
@@ -111,6 +141,8 @@ class AgentsearchPPOTrainer(PPOTrainer.__ray_actor_class__):
             raise ValueError("AgentsearchPPOTrainer needs args.agentsearch (run through "
                              "`python -m agentsearch.engines.openrlhf.entry`)")
         self.settings = cfg
+        self.eval_every = int(getattr(cfg, "eval_every", 0))
+        strategy.args.eval.steps = float("inf")  # OpenRLHF's own eval schedule off: ours (eval_due)
         self.fresh_per_step = int(cfg.fresh_per_step)
         self.run_dir = Path(cfg.out)
         self.train_cumulative = 0.0
@@ -141,13 +173,33 @@ class AgentsearchPPOTrainer(PPOTrainer.__ray_actor_class__):
         per_step = int(getattr(self.settings, "optimizer_steps_per_step", 1))
         return len(self.prompts_dataloader.dataset) // self.fresh_per_step * per_step
 
+    def last_step(self) -> int:
+        """The run's training steps (``steps``: one per ``fresh_per_step`` prompts)."""
+        return len(self.prompts_dataloader.dataset) // self.fresh_per_step
+
     # -- a step -------------------------------------------------------------------------
     def _compute_rollout_stats(self, experiences):
-        return fresh_rollout_stats(experiences, getattr(self.experience_maker, "n_fresh", None)
-                                   if self.replaying else None)
+        stats = fresh_rollout_stats(experiences, getattr(self.experience_maker, "n_fresh", None)
+                                    if self.replaying else None)
+        # OpenRLHF calls this between making the experience and handing it to the actors
+        if self.critic_model_group is None and not carries_gradient(experiences, self._pulls()):
+            raise _NoSignal(stats)
+        return stats
+
+    def _pulls(self) -> bool:
+        """A KL loss or an entropy bonus: a gradient whatever the advantages."""
+        a = self.args
+        kl = bool(a.algo.kl.use_loss) and float(a.algo.kl.init_coef or 0) > 0
+        return kl or float(a.actor.entropy_coef or 0) > 0
 
     def train_step(self, rollout_samples, global_step):
-        status, step = super().train_step(rollout_samples, global_step)
+        t0 = time.time()
+        try:
+            status, step = super().train_step(rollout_samples, global_step)
+            status.update({"train/skipped": 0.0, "train/skipped_no_signal": 0.0})
+        except _NoSignal as e:  # no update: the weights, Adam and the LR schedule stay as they are
+            status, step = {**e.stats, "timing/make_experience": time.time() - t0,
+                            "train/skipped": 1.0, "train/skipped_no_signal": 1.0}, global_step + 1
         if self.replaying:
             metrics = dict(self.experience_maker.metrics)
             scan = metrics.pop("time/replay_scan", 0.0)
@@ -171,6 +223,19 @@ class AgentsearchPPOTrainer(PPOTrainer.__ray_actor_class__):
                                           self._client_states(client_states))
         if global_step % self.args.ckpt.save_steps == 0:
             self._save_replay(global_step)
+        self._evaluate_if_due(global_step, client_states)
+
+    def _evaluate_if_due(self, global_step: int, client_states=None) -> None:
+        """Evaluate at the steps ``eval_due`` names (OpenRLHF's ``fit`` calls
+        ``save_logs_and_checkpoints`` right after each step, where its own evaluation was);
+        after step 0, OpenRLHF's best-eval checkpoint follows as in its ``fit``."""
+        if not self.eval_dataloader or not eval_due(global_step, self.eval_every, self.last_step()):
+            return
+        kwargs = {**self.generate_kwargs, "temperature": self.args.eval.temperature,
+                  "n_samples_per_prompt": self.args.eval.n_samples_per_prompt}
+        logs = self.evaluate(global_step, **kwargs)
+        if global_step > 0:
+            self.save_best_checkpoint(logs, global_step, client_states)
 
     def save_best_checkpoint(self, eval_metrics, global_step, client_states=None):
         """OpenRLHF's best checkpoint (``best_global_stepN``) with what a resume needs: DeepSpeed
@@ -203,7 +268,7 @@ class AgentsearchPPOTrainer(PPOTrainer.__ray_actor_class__):
         states = super().init_checkpoint_states()
         step = int(states.get("global_step", 0))
         self.train_cumulative = float(states.get("agentsearch_train_cumulative", 0.0))
-        self._truncate_log(step)
+        self._truncate_log(step if step > 0 else -1)  # from scratch: step 0 is evaluated again
         if self.replaying and step > 0:
             path = replay_state_path(self.args.ckpt.path, step)
             if not path.exists():
@@ -214,6 +279,8 @@ class AgentsearchPPOTrainer(PPOTrainer.__ray_actor_class__):
             if int(state["global_step"]) != step:
                 raise RuntimeError(f"{path} holds the replay state of step {state['global_step']}, not {step}")
             self.experience_maker.load_state_dict(state)
+        if step == 0:  # OpenRLHF's fit calls this before its first step: the step-0 evaluation
+            self._evaluate_if_due(0)
         return states
 
     def _truncate_log(self, step: int) -> None:
