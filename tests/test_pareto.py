@@ -89,6 +89,10 @@ def test_time_to_target_hand_worked(suite):
     assert rows["hdr"]["final_mean"] == pytest.approx(0.48)
     assert rows["on_policy_larger"]["reached"] == "1/2"
     assert rows["on_policy"]["reached"] == "0/2" and rows["on_policy"]["ratio_mean"] is None
+    # the speed-up: hdr's mean time to the target (5 + 16) / 2 over on_policy_larger's own (30 s,
+    # its one seed that reaches it), not over its training time (that is the ratio, a share)
+    assert rows["hdr"]["speedup"] == pytest.approx(10.5 / 30.0) and rows["on_policy_larger"]["speedup"] == 1.0
+    assert rows["on_policy"]["speedup"] is None
     # the mean curve of hdr: times (5+8)/2 at step 5, values (0.45+0.4)/2
     hdr = next(m for m in res["_methods"] if m.label == "hdr")
     assert hdr.steps == [0, 5, 10]

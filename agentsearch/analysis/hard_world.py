@@ -322,7 +322,7 @@ def report(result: dict, out: Path, title: str = "", evals: dict[str, dict] | No
              f"Target {cell(tgt.get('score'))} ({tgt.get('reason', 'none')}); horizon for the area "
              f"{cell(tgt.get('baseline_train_seconds'), '.0f')} s.", "",
              "| method | seeds | final dev EM (mean ± std) | 95% CI | train s | reached | time to target (s) | "
-             "ratio | episodes to target | tool calls to target | time-avg EM | k=1 | k=2 | k=3 | k=4 | "
+             "share of ref. training time | episodes to target | tool calls to target | time-avg EM | k=1 | k=2 | k=3 | k=4 | "
              "zero-var share | mean abs A |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -337,7 +337,7 @@ def report(result: dict, out: Path, title: str = "", evals: dict[str, dict] | No
         lines += ["", "Replay: per-step means over each run, then over seeds (accept rate: accepted over scanned "
                   "groups; the τ / k_rep sweep's arms are named for what they change).", "",
                   "| method | seeds | accept rate | scanned / step | replayed / step | age of replayed (steps) | "
-                  "final | ratio |", "|---|---|---|---|---|---|---|---|"]
+                  "final | share of ref. training time |", "|---|---|---|---|---|---|---|---|"]
         lines += [f"| {r['method']} | {r['seeds']} | {cell(r['accept'], '.3f')} | {cell(r['scanned'], '.2f')} | "
                   f"{cell(r['replayed'], '.2f')} | {cell(r['age'], '.1f')} | {cell(r['final_mean'], '.3f')} | "
                   f"{cell(r['ratio'], '.2f', '-')} |" for r in replay]
@@ -371,11 +371,12 @@ def report(result: dict, out: Path, title: str = "", evals: dict[str, dict] | No
               for r in loads]
     priced = priced_by_work(result, model)
     if priced:
-        lines += ["", "Priced by work: the same runs on a clock no machine's speed or load enters, each step's compute "
-                  "at the load check's prices and its tool wait as measured (ratio: to on_policy_larger's mean training "
-                  "time, as above; to its time: to on_policy_larger's own mean time to the target; same seeds: the mean of "
-                  "each run's time over on_policy_larger's run of its seed).", "",
-                  "| method | seeds | reached | time to target (s) | ratio | to on_policy_larger's time | same seeds | "
+        lines += ["", "Priced by work, predicted: the same runs on a clock no machine's speed or load enters (a "
+                  "fitted model, not a measurement), each step's compute at the load check's prices and its tool "
+                  "wait as measured (share: of on_policy_larger's mean training time, as above; speed-up: over "
+                  "on_policy_larger's own mean time to the target; same seeds: the mean of each run's time over "
+                  "on_policy_larger's run of its seed).", "",
+                  "| method | seeds | reached | time to target (s) | share | speed-up | same seeds | "
                   "train s |", "|---|---|---|---|---|---|---|---|"]
         lines += [f"| {r['method']} | {r['seeds']} | {r['reached']} | {cell(r['time_to_target'], '.0f', 'never')} | "
                   f"{cell(r['ratio'], '.2f', '-')} | {cell(r['to_reference'], '.2f', '-')} | {cell(r['same_seed'], '.2f', '-')} | "

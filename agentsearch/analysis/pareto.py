@@ -12,9 +12,11 @@ metric at their last evaluation. The baseline is ``--target-method`` (default
 ``on_policy_larger`` when present, else the best-scoring on-policy method, else the
 best-scoring method), or ``--target-score`` sets the score directly. For every run, the
 time to target is the training wall-clock of its first evaluation at or above the target
-("never" if none is); its *ratio* is that time over the baseline's mean training wall-clock
-(its seeds' ``time/train_cumulative`` at their last evaluation). A ratio of 0.8 reads "got
-to the baseline's final score in 80% of the time the baseline trained".
+("never" if none is). A method's *speed-up* (``speedup``) is its mean time to target over the
+baseline's mean time to the same target (seeds that reach it): 0.8 reads "got there in 80% of
+the time the baseline needed to". A run's ``ratio`` is something else, named in the tables for
+what it is: its time to target as a *share of the baseline's training time* (the baseline seeds'
+``time/train_cumulative`` at their last evaluation), which is below 1 for the baseline itself.
 
     agentsearch pareto runs/replay_suite/*-s* --out runs/replay_suite/analysis/pareto.png
 
@@ -189,6 +191,10 @@ def analyse(run_dirs, metric: str = "eval/mean_at_n", label_by: str = "auto",
         if not any(r["time_to_target"] is not None for r in result["time_to_target"]):
             messages.append(f"no run reaches the target {score:.4f}: every time to target is 'never'")
     result["methods"] = _method_rows(methods, result["time_to_target"])
+    base_row = next((m for m in result["methods"] if base is not None and m["method"] == base.label), None)
+    base_ttt = base_row["time_to_target_mean"] if base_row else None
+    for m in result["methods"]:  # the one speed-up: time to target over the baseline's time to it
+        m["speedup"] = m["time_to_target_mean"] / base_ttt if base_ttt and m["time_to_target_mean"] else None
     return result
 
 
@@ -202,14 +208,16 @@ def tables_markdown(result: dict) -> str:
                   f"{cell(tgt['baseline_train_seconds'], '.1f')} s.", ""]
     if result["methods"]:
         lines += ["| method | seeds | final (mean ± std) | train s (mean ± std) | reached target | "
-                  "time to target (s) | ratio to baseline (mean ± std) |", "|---|---|---|---|---|---|---|"]
+                  "time to target (s) | speed-up: time to target over the baseline's | time to target as a "
+                  "share of the baseline's training time (mean ± std) |", "|---|---|---|---|---|---|---|---|"]
     for m in result["methods"]:
         lines.append(f"| {m['method']} | {m['seeds']}/{m['runs']} | {cell(m['final_mean'])} ± {cell(m['final_std'])} | "
                      f"{cell(m['train_s_mean'], '.1f')} ± {cell(m['train_s_std'], '.1f')} | {m['reached']} | "
-                     f"{cell(m['time_to_target_mean'], '.1f', 'never')} | "
+                     f"{cell(m['time_to_target_mean'], '.1f', 'never')} | {cell(m.get('speedup'), '.3f', '-')} | "
                      f"{cell(m['ratio_mean'], '.3f', 'never')} ± {cell(m['ratio_std'], '.3f')} |")
     if result["time_to_target"]:
-        lines += ["", "| method | run | seed | final | train s | time to target (s) | ratio |",
+        lines += ["", "| method | run | seed | final | train s | time to target (s) | share of the baseline's "
+                  "training time |",
                   "|---|---|---|---|---|---|---|"]
         for r in result["time_to_target"]:
             lines.append(f"| {r['method']} | {Path(r['run']).name} | {r['seed']} | {cell(r['final'])} | "

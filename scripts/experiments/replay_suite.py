@@ -278,7 +278,7 @@ def summarise(result: dict, specs: list[Spec], failed: list[dict], budget: dict,
         methods[m["method"]] = {"seeds": m["seeds"], "final_dev_em_mean": r(m["final_mean"]),
                                 "final_dev_em_std": r(m["final_std"]), "train_s_mean": r(m["train_s_mean"]),
                                 "train_s_std": r(m["train_s_std"]), "reached_target": m["reached"],
-                                "time_to_target_ratio": r(m["ratio_mean"]),
+                                "speedup": r(m.get("speedup")), "time_to_target_ratio": r(m["ratio_mean"]),
                                 "time_to_target_ratio_std": r(m["ratio_std"])}
     return {"suite": "search_r1" if a.search_r1 else "replay", "out": str(specs[0].run.parent) if specs else a.out,
             "git": prov["git"], "citable": prov["citable"], "machine": prov["machine"],
