@@ -362,35 +362,3 @@ FIGURES += [
                                         ("1.000", "1.000", "1.000")))
                for i, shown in enumerate(vals)], citable=False),
 ]
-
-REVISIONS = {  # what is known of each record's code, by path prefix (the longest that matches)
-    R: "not recorded (written before records were stamped)",
-    AS: "f1c3870+dirty (its suite.json): dirty tree, not citable; the runs' metrics were not kept",
-    AL: "f1c3870 (hdr, streaming, overlap; clean or not: not recorded, their suite.json was "
-        "overwritten) and c72d544 (oversample, top-up): not citable; the runs' metrics were not "
-        "kept",
-    RSD: "386f3db at the start, 898736b at the end, tracked files clean; the runs' metrics were "
-         "not kept (the suite's JSON line and analysis are)",
-    R + "vision/": "8e1135d plus an uncommitted bench-script change (its page): dirty tree, "
-                   "not citable",
-    R + "learning/": "656fa80 (its page); clean or not: not recorded",
-    R + "math/": "6a03ec3 (its page); clean or not: not recorded; the runs' metrics were not kept",
-    HWP: "not recorded (archived before runs were stamped); the machines: the calibrations beside "
-         "the runs",
-}
-
-
-def revision(record: str) -> str:
-    return REVISIONS[max((p for p in REVISIONS if record.startswith(p)), key=len)]
-
-
-RERUNS = {  # what brings a record back: (command, estimated minutes on this 2-core machine)
-    "demo": ("agentsearch demo, its run folder's config.yaml and metrics.jsonl kept under "
-             "docs/results/demo/ (timing: an idle machine)", 5),
-    "ci": (".ci/run on a fresh clone (its duration is the figure: an idle machine)", 25),
-}
-
-NO_RECORD: list[tuple[str, str, str]] = [
-    ("What it printed on 2026-12-01 (no record: the run was not kept;", README, "demo"),
-    ("took about 20 minutes here (no record kept)", README, "ci"),
-]
