@@ -8,17 +8,18 @@ Concurrent ``asearch`` calls (one per episode) are coalesced for ``window_ms`` i
 request of up to ``max_batch`` queries (``MicroBatcher``), which is what makes remote search
 fast: the server scores a batch for little more than the cost of one query.
 
-Failures: each request has a ``timeout``; connection errors, timeouts and 5xx/429 answers
-are retried ``retries`` times with exponential backoff and jitter. A 503/429 with
-``Retry-After`` (an overloaded server shedding load, ``agentsearch serve``'s admission
-control) is waited out: at least that long (capped at ``max_retry_after``, plus up to 50%
-jitter so shed callers do not return together), counted in ``stats["retry_after_waits"]``
-and ``stats["retry_after_s"]``. After the last attempt
-the callers get a ``RetrieverUnavailable`` (a ``RetrieverError`` and an infrastructure error,
-``core.reliability``: envs wait it out instead of showing it to the policy) naming the server
-and the last cause. Other 4xx
-answers (a request the server will never accept) raise ``RetrieverError`` at once with the
-server's message. Arguments the server would refuse are caught here first: ``k`` above
+Failures: each request has a ``timeout``. Connection errors, timeouts, every 5xx, 408 and 429
+answer, and malformed answers (not JSON, or no Search-R1 answer to the queries asked) are
+retried ``retries`` times with exponential backoff and jitter; a ``Retry-After`` (a server
+shedding load: ``agentsearch serve``'s admission control) is waited out, at least that long
+(capped at ``max_retry_after``, plus up to 50% jitter so shed callers do not return together;
+``stats["retry_after_waits"]``, ``stats["retry_after_s"]``). After the last attempt the
+callers get a ``RetrieverUnavailable`` (a ``RetrieverError`` and an infrastructure error,
+``core.reliability``: envs wait it out, the policy never sees it) naming the server and the
+last cause. A 413 for several queries splits them in halves (``stats["splits"]``); a 413 for
+one query and other 4xx answers (a request the server will never accept) raise
+``RetrieverError`` at once with the server's message. Arguments the server would refuse are
+caught here first: ``k`` above
 ``max_topk`` is a ``ValueError`` for that caller only, and queries are cut to
 ``max_query_chars`` characters so one runaway episode cannot fail a shared batch.
 ``cache_size > 0`` keeps an LRU cache of ``(query, k)`` results. If the server runs with
@@ -48,8 +49,6 @@ from agentsearch.retrievers.base import Hit, RetrieverError, RetrieverUnavailabl
 from agentsearch.retrievers.batching import MicroBatcher
 
 __all__ = ["RemoteRetriever", "URL_OPTIONS", "split_url_options", "probe_service"]
-
-_RETRY_STATUS = {429, 500, 502, 503, 504}
 
 URL_OPTIONS = {"micro_batch": bool, "window_ms": float, "max_batch": int, "max_inflight": int,
                "cache_size": int, "retries": int, "timeout": float, "max_retry_after": float}
@@ -186,19 +185,16 @@ class RemoteRetriever:
         self.base_url = url[: -len("/retrieve")] if url.endswith("/retrieve") else url
         self.url = self.base_url + "/retrieve"
         self.retries, self.backoff, self.max_batch = retries, backoff, max_batch
-        self.max_retry_after = max_retry_after
+        self.max_retry_after, self.max_inflight = max_retry_after, max_inflight
         self.max_topk, self.max_query_chars, self.micro_batch = max_topk, max_query_chars, micro_batch
-        self.max_inflight = max_inflight
         self._timeout = (timeout, connect_timeout)
         self.batcher = MicroBatcher(self._apost, window_ms, max_batch, max_inflight)
         self.cache_size = cache_size
         self._cache: OrderedDict[tuple[str, int], list[Hit]] = OrderedDict()
-        self._aclient = None
-        self._aclient_loop = None
-        self._client = None
+        self._aclient = self._aclient_loop = self._client = None
         self._rng = random.Random()
         self.stats = {"requests": 0, "retries": 0, "cache_hits": 0, "retry_after_waits": 0,
-                      "retry_after_s": 0.0}
+                      "retry_after_s": 0.0, "splits": 0}
 
     @classmethod
     def from_url(cls, url: str, **kw) -> RemoteRetriever:
@@ -229,9 +225,6 @@ class RemoteRetriever:
             raise ValueError(f"k must be an integer in 1..{self.max_topk}, got {k!r}")
         return [q[: self.max_query_chars] for q in queries]
 
-    def _payload(self, queries: list[str], k: int) -> dict:
-        return {"queries": queries, "topk": k, "return_scores": True}
-
     def _give_up(self, attempts: int, last: str) -> RetrieverUnavailable:
         return RetrieverUnavailable(f"retrieval server {self.url} failed {attempts} times; last: {last}. "
                               "Is `agentsearch serve` running there?")
@@ -248,23 +241,28 @@ class RemoteRetriever:
             self.stats["retry_after_s"] += delay
         return delay
 
-    def _answer(self, resp, n: int) -> list[list[Hit]] | _Retry:
-        """Hits, or the reason to retry; raises for answers that retrying cannot fix."""
-        if resp.status_code in _RETRY_STATUS:
-            after = retry_after_seconds(resp.headers.get("retry-after")) if resp.status_code in (429, 503) else None
+    def _answer(self, resp, n: int) -> list[list[Hit]] | _Retry | None:
+        """Hits, the reason to retry, or None: too large, split the ``n`` queries (413); raises
+        for answers that retrying cannot fix (other 4xx, a 413 for one query)."""
+        if resp.status_code >= 500 or resp.status_code in (408, 429):  # the server's trouble
+            after = retry_after_seconds(resp.headers.get("retry-after"))
             return _Retry(f"HTTP {resp.status_code}: {resp.text[:300]}", after)
+        if resp.status_code == 413 and n > 1:
+            self.stats["splits"] += 1
+            return None
         if resp.status_code >= 400:
             try:
                 detail = resp.json().get("detail", resp.text)
-            except ValueError:
+            except (ValueError, AttributeError):  # not JSON, not an object
                 detail = resp.text
             raise RetrieverError(f"retrieval server {self.url} refused the request "
                                  f"(HTTP {resp.status_code}): {str(detail)[:500]}")
         try:
-            payload = resp.json()
+            return parse_result(resp.json(), n)
         except ValueError:
             return _Retry(f"answer is not JSON: {resp.text[:200]!r}")
-        return parse_result(payload, n)
+        except RetrieverError as e:  # JSON, but not an answer to these queries
+            return _Retry(str(e))
 
     def _before(self, attempt: int, failed: _Retry) -> float:
         """The retry schedule shared by the async and sync paths: seconds to wait before
@@ -280,13 +278,16 @@ class RemoteRetriever:
     async def _apost(self, queries: list[str], k: int) -> list[list[Hit]]:
         import httpx
 
-        client, last = self._async_client(), _Retry("")
+        client, last, h = self._async_client(), _Retry(""), len(queries) // 2
+        body = {"queries": queries, "topk": k, "return_scores": True}
         for attempt in range(self.retries + 1):
             await asyncio.sleep(self._before(attempt, last))
             try:
-                got = self._answer(await client.post(self.url, json=self._payload(queries, k)), len(queries))
+                got = self._answer(await client.post(self.url, json=body), len(queries))
             except httpx.TransportError as e:
                 got = _Retry(f"{type(e).__name__}: {e}")
+            if got is None:  # too large for the server: each half on its own
+                return await self._apost(queries[:h], k) + await self._apost(queries[h:], k)
             if not isinstance(got, _Retry):
                 return got
             last = got
@@ -297,19 +298,21 @@ class RemoteRetriever:
 
         if self._client is None:
             self._client = httpx.Client(timeout=self._httpx_timeout())
-        last = _Retry("")
+        last, h = _Retry(""), len(queries) // 2
+        body = {"queries": queries, "topk": k, "return_scores": True}
         for attempt in range(self.retries + 1):
             time.sleep(self._before(attempt, last))
             try:
-                got = self._answer(self._client.post(self.url, json=self._payload(queries, k)), len(queries))
+                got = self._answer(self._client.post(self.url, json=body), len(queries))
             except httpx.TransportError as e:
                 got = _Retry(f"{type(e).__name__}: {e}")
+            if got is None:
+                return self._post(queries[:h], k) + self._post(queries[h:], k)
             if not isinstance(got, _Retry):
                 return got
             last = got
         raise self._give_up(self.retries + 1, last.reason)
 
-    # -- cache --------------------------------------------------------------------
     def _cached(self, queries: list[str], k: int) -> tuple[list[list[Hit] | None], list[str]]:
         found: list[list[Hit] | None] = [None] * len(queries)
         if self.cache_size > 0:

@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 
 from agentsearch.core.config import ConfigError
+from agentsearch.core.reliability import InfraError
 
 __all__ = ["SearchTool", "default_retriever", "preflight"]
 
@@ -50,6 +51,12 @@ class SearchTool:
     or the index folder ``index``, behind a ``BatchingRetriever`` so that the searches of
     concurrent episodes go to the index as one batch. ``no_results``: the text of a search
     without hits (``SearchEnv(parser="search_r1")`` passes ``""``, as Search-R1 gives).
+
+    Failures: an empty query is the policy's (an observation that says so); the retriever's
+    failures are infrastructure errors (``InfraError``, waited out by the env, never shown to
+    the policy): ``RetrieverUnavailable`` from a remote server, a search past ``timeout_s``,
+    and an in-process index's ``MemoryError`` or ``OSError`` (a disk, a mapped file, a
+    connection). Other exceptions stay error observations.
     """
 
     name = "search"
@@ -81,7 +88,10 @@ class SearchTool:
         query = " ".join(str(query).split())[: self.max_query_chars]
         if not query:
             return "Empty query: write the words to search for."
-        hits = (await self.retriever.asearch([query], self.topk))[0]
+        try:
+            hits = (await self.retriever.asearch([query], self.topk))[0]
+        except (MemoryError, OSError) as e:  # the index's machine, not the query: wait it out
+            raise InfraError(f"the retriever failed: {type(e).__name__}: {e}") from e
         return format_hits(hits) if hits else self.no_results
 
     async def aclose(self) -> None:
