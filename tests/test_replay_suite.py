@@ -171,6 +171,7 @@ def _checkout(tmp_path: Path) -> Path:
     skip = shutil.ignore_patterns("assets", "__pycache__")
     shutil.copytree(ROOT / "agentsearch", root / "agentsearch", ignore=skip)
     shutil.copytree(ROOT / "scripts" / "experiments", root / "scripts" / "experiments", ignore=skip)
+    shutil.copy(ROOT / "scripts" / "bench_rollout.py", root / "scripts" / "bench_rollout.py")
     for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
         subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
     return root
@@ -199,7 +200,8 @@ def test_suites_refuse_a_dirty_tree_and_stamp_what_they_write(tmp_path):
     assert stamp["git"] == rev and stamp["clean"] and stamp["citable"]
     edited = root / "agentsearch" / "analysis" / "pareto.py"
     edited.write_text(edited.read_text() + "# an uncommitted edit\n")
-    for cmd in (compare, suite):
+    bench = [sys.executable, str(root / "scripts/bench_rollout.py"), "--backends", "hf", "--prompts", "1"]
+    for cmd in (compare, suite, bench):
         res = run(cmd)
         assert res.returncode == 1 and "refusing to write records" in res.stderr, res.stderr[-2000:]
         assert "agentsearch/analysis/pareto.py" in res.stderr
@@ -209,6 +211,18 @@ def test_suites_refuse_a_dirty_tree_and_stamp_what_they_write(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     stamps = json.loads((held / "suite.json").read_text())["invocations"]
     assert len(stamps) == 2 and stamps[-1]["provenance"]["citable"] is False  # the first entry is kept
+
+
+def test_every_record_writing_script_checks_the_tree():
+    """Every suite runner and benchmark with a command line starts with ``require_clean`` and
+    offers ``--allow-dirty`` (bench_servers.py is a module of bench_retrieval.py)."""
+    scripts = [*sorted((ROOT / "scripts").glob("bench_*.py")), ROOT / "scripts/experiments/replay_suite.py",
+               ROOT / "scripts/experiments/hard_world.py"]
+    for path in scripts:
+        text = path.read_text()
+        if "def main(" not in text:
+            continue
+        assert "require_clean(" in text and "--allow-dirty" in text, path.name
 
 
 def test_provenance_outside_a_checkout_is_not_citable(tmp_path):
