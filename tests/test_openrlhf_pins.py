@@ -204,15 +204,56 @@ def test_parsed_arguments_match_the_local_algorithm_field_by_field(tmp_path):
 def test_every_train_field_is_mapped_or_refused_and_documented():
     from pathlib import Path
 
-    from agentsearch.engines.openrlhf.mapping import FIELDS, leaf_fields, table
+    from agentsearch.engines.openrlhf.mapping import FIELDS, check_fields, table
     from agentsearch.trainer.train_config import TrainConfig
 
-    fields = leaf_fields(TrainConfig)
-    missing = [f for f in fields if f not in FIELDS and not (f.startswith("sft.") and "sft.*" in FIELDS)]
-    assert not missing, f"TrainConfig fields the OpenRLHF launch says nothing about: {missing}"
-    assert not [k for k in FIELDS if k != "sft.*" and k not in fields], "stale entries in mapping.FIELDS"
+    check_fields(TrainConfig)  # every leaf has an entry, and every entry names a leaf
+    assert FIELDS["lr"] == "`--actor.adam.lr`" and FIELDS["sft.*"].startswith("refused")
     doc = (Path(__file__).resolve().parent.parent / "docs" / "openrlhf.md").read_text()
     assert table() in doc, "docs/openrlhf.md is stale: python scripts/config_reference.py --write"
+
+
+def test_a_train_field_without_a_mapping_says_where_to_add_it_and_is_refused(tmp_path):
+    """The leaves come from TrainConfig itself: a new field (here on a subclass) with no entry
+    fails check_fields with the file to add it to, and a launch that sets it is refused."""
+    import dataclasses
+
+    from agentsearch.engines.openrlhf.mapping import check_fields, refusals
+    from agentsearch.trainer.train_config import TrainConfig
+
+    @dataclasses.dataclass
+    class Grown(TrainConfig):
+        new_knob: int = 0
+        """A field added after the mapping was written."""
+
+    where = r"\['new_knob'\]\. Add each to agentsearch/engines/openrlhf/mapping\.py: DIRECT"
+    with pytest.raises(ValueError, match=where):
+        check_fields(Grown)
+    assert refusals(Grown()) == []  # at its default, the launch runs as the local trainer would
+    assert any("train.new_knob" in r for r in refusals(Grown(new_knob=3)))
+
+
+def test_fields_openrlhf_takes_as_they_are_reach_its_arguments(tmp_path):
+    """mapping.DIRECT (field -> OpenRLHF argument) is what the launcher passes: each field set
+    to a value that is no default comes back from OpenRLHF's parser unchanged."""
+    from functools import reduce
+
+    from agentsearch.engines.openrlhf.launch import build_command, parse_openrlhf_args
+    from agentsearch.engines.openrlhf.mapping import DIRECT
+
+    def bump(v):
+        if isinstance(v, list):
+            return [bump(x) for x in v]
+        return v + 1 if isinstance(v, int) else v / 2 + 0.0625
+
+    base = _launch_cfg(tmp_path).train
+    values = {f: bump(reduce(getattr, f.split("."), base)) for f in DIRECT}
+    cfg = _launch_cfg(tmp_path, *(f"train.{f}={json.dumps(v)}" for f, v in values.items()))
+    args = parse_openrlhf_args(build_command(cfg, write=False)[5:])
+    got = {f: reduce(getattr, flag.removeprefix("--").split("."), args)
+           for f, flag in DIRECT.items()}
+    assert {f: list(v) if isinstance(v, (list, tuple)) else v for f, v in got.items()} == values
+    assert len(DIRECT) >= 10
 
 
 @pytest.mark.parametrize("override, words", [

@@ -31,7 +31,7 @@ import shlex
 import subprocess
 import sys
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -44,7 +44,7 @@ from agentsearch.core.config import (
     to_dict,
 )
 from agentsearch.core.config import _merge as merge_dicts
-from agentsearch.engines.openrlhf.mapping import LOSSES, refusals, warmup_ratio
+from agentsearch.engines.openrlhf.mapping import DIRECT, LOSSES, field_value, refusals, warmup_ratio
 from agentsearch.trainer.train_config import TrainConfig
 
 __all__ = ["OpenRLHFConfig", "load_config", "preflight", "write_prompts", "build_command",
@@ -227,35 +227,32 @@ def openrlhf_arguments(cfg: OpenRLHFConfig, run: Path, model: str, train: Path,
     args = {
         "--actor.model_name_or_path": model, "--train.agent_func_path": AGENT_FUNC_PATH,
         "--data.prompt_dataset": str(train), "--data.input_key": "prompt", "--data.label_key": "label",
-        "--data.max_samples": str(t.steps * t.prompts_per_step), "--data.max_len": str(t.max_seq_len),
-        "--rollout.batch_size": str(batch), "--rollout.n_samples_per_prompt": str(t.group_size),
+        "--data.max_samples": str(t.steps * t.prompts_per_step),
+        "--rollout.batch_size": str(batch),
         "--rollout.micro_batch_size": str(cfg.rollout_micro_batch_size),
-        "--rollout.max_new_tokens": str(t.generation.max_new_tokens),
-        "--rollout.temperature": str(t.generation.temperature), "--rollout.top_p": str(t.generation.top_p),
         "--train.batch_size": str(t.update_minibatch_size or batch * t.group_size),
         "--train.micro_batch_size": str(cfg.micro_batch_size or t.micro_batch_size),
-        "--train.num_episodes": "1", "--train.max_epochs": str(t.update_epochs), "--train.seed": str(t.seed),
+        "--train.num_episodes": "1",
         "--algo.advantage.estimator": "group_norm" if t.advantage_scale == "std" else "dr_grpo",
         "--algo.advantage.is_correction_level": cfg.is_correction,
         "--algo.advantage.is_correction_mode": cfg.is_correction_mode,
         "--actor.policy_loss_type": LOSSES[t.loss],
         "--actor.loss_agg_mode": "token-mean" if t.agg == "token" else "seq-mean-token-mean",
-        "--actor.adam.lr": str(t.lr), "--actor.adam.weight_decay": str(t.weight_decay),
         "--actor.lr_scheduler": "constant_with_warmup",
         "--actor.lr_warmup_ratio": repr(warmup_ratio(t.warmup_steps, t.steps, optimizer_steps_per_step(cfg))),
-        "--actor.max_norm": str(t.grad_clip),
-        "--algo.kl.init_coef": str(t.kl_coef), "--algo.kl.estimator": t.kl_kind if t.kl_coef > 0 else "k1",
+        "--algo.kl.estimator": t.kl_kind if t.kl_coef > 0 else "k1",
         "--actor.num_nodes": str(cfg.num_nodes), "--actor.num_gpus_per_node": str(cfg.gpus_per_node),
         "--ref.num_nodes": str(cfg.num_nodes), "--ref.num_gpus_per_node": str(cfg.gpus_per_node),
         "--vllm.num_engines": str(cfg.vllm_engines), "--vllm.tensor_parallel_size": str(cfg.vllm_tensor_parallel),
         "--vllm.gpu_memory_utilization": str(cfg.vllm_gpu_memory_utilization),
         "--ds.zero_stage": str(cfg.zero_stage), "--ds.param_dtype": cfg.param_dtype,
         "--ckpt.path": str(run / "ckpt"), "--ckpt.output_dir": str(run / "final"),
-        "--ckpt.save_steps": str(t.checkpoint_every),
     }
     argv = [x for kv in args.items() for x in kv]
-    argv += ["--actor.eps_clip_low_high", str(t.clip_low), str(t.clip_high),
-             "--actor.adam.betas", *(str(b) for b in t.adam_betas), "--ckpt.load_enable"]
+    for name, flag in DIRECT.items():  # fields OpenRLHF takes as they are
+        value = field_value(t, name)
+        argv += [flag, *(map(str, value) if isinstance(value, (list, tuple)) else [str(value)])]
+    argv += ["--actor.eps_clip_low_high", str(t.clip_low), str(t.clip_high), "--ckpt.load_enable"]
     if t.entropy_coef > 0:
         argv += ["--actor.entropy_coef", str(t.entropy_coef)]
     if t.kl_coef > 0:
@@ -277,18 +274,15 @@ def openrlhf_arguments(cfg: OpenRLHFConfig, run: Path, model: str, train: Path,
         argv += ["--train.colocate_all", "--vllm.enable_sleep", "--ds.enable_sleep"]
     if evalf is not None:
         # no --eval.steps: the trainer evaluates on the local schedule (ppo_trainer.eval_due)
-        argv += ["--eval.dataset", str(evalf), "--eval.temperature", str(t.eval.temperature),
-                 "--eval.n_samples_per_prompt", str(t.eval.n)]
+        argv += ["--eval.dataset", str(evalf)]
     return argv + [str(a) for a in cfg.extra_args]
 
 
 def settings(cfg: OpenRLHFConfig) -> dict:
     """What ``entry.py`` needs beyond OpenRLHF's arguments (written to RUN/agentsearch.json)."""
-    r = cfg.train.replay
-    replay = None if not _replaying(cfg) else {
-        "kind": r.kind, "capacity": r.capacity, "k_rep": r.k_rep, "tau": r.tau, "scan_chunk": r.scan_chunk,
-        "headroom_weighting": r.headroom_weighting, "drift_kind": r.drift_kind,
-        "success_threshold": r.success_threshold, "seed": cfg.train.seed}
+    # every replay field, as the local trainer's build_replay passes them (mapping: replay.*)
+    replay = None if not _replaying(cfg) else {**asdict(cfg.train.replay),
+                                               "seed": cfg.train.seed}
     return {"replay": replay, "lora_rank": cfg.train.lora.r if cfg.train.lora.enabled else 0,
             "fresh_per_step": cfg.train.prompts_per_step, "eval_every": cfg.train.eval.every,
             "optimizer_steps_per_step": optimizer_steps_per_step(cfg),
