@@ -196,3 +196,74 @@ def test_a_capacity_limited_search_service_makes_a_burst_wait_for_its_calls():
     assert unlimited < 0.2 <= two < 0.4 <= one < 0.7, (unlimited, two, one)
     with pytest.raises(ConfigError, match="tool_latency.concurrency=-1"):
         apply_overrides(TrainConfig, "tiny", ["tool_latency.concurrency=-1"])
+
+
+class Echo(Boom):
+    name, description, timeout_s = "echo", "answers at once", 5.0
+
+    async def __call__(self, x):
+        return x
+
+
+def test_a_call_that_ends_early_gives_its_slot_back():
+    """One slot, 0.3 s calls. The first is cancelled 0.05 s in: the call queued behind it
+    starts then (done at ~0.35 s, not 0.6 s). A call timed out mid-service (as ``call_once``
+    times out) leaves no reservation: the next call alone takes its own 0.3 s."""
+    from agentsearch.envs.tools.latency import LatencyTool, ToolService
+    from agentsearch.trainer.rollout_config import ToolLatency
+
+    svc = ToolService(1)
+    first, second = (LatencyTool(Echo(), ToolLatency("fixed", 0.3), service=svc) for _ in range(2))
+
+    async def main():
+        t0 = time.perf_counter()
+        a, b = asyncio.ensure_future(first(x="a")), asyncio.ensure_future(second(x="b"))
+        await asyncio.sleep(0.05)
+        a.cancel()
+        assert await b == "b"
+        queued = time.perf_counter() - t0
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(first(x="c"), 0.05)
+        t1 = time.perf_counter()
+        assert await second(x="d") == "d"
+        return queued, time.perf_counter() - t1
+
+    queued, alone = asyncio.run(main())
+    assert 0.34 <= queued < 0.5, queued
+    assert 0.29 <= alone < 0.4, alone
+    assert svc.reserve(0.1) - time.monotonic() <= 0.1  # idle: nothing reserved is left
+
+
+def test_the_tool_timeout_bounds_the_call_not_its_queue():
+    """``async.tool_timeout_s=0.15`` with one 0.1 s slot: four searches at once wait up to
+    0.3 s in the queue and are all answered (it bounds each call's own service, not its wait
+    for the calls ahead); a tool slower than the limit still times out on time."""
+    from agentsearch.core.config import apply_overrides
+    from agentsearch.envs.tools.latency import LatencyTool, ToolService
+    from agentsearch.trainer.rollout_config import ToolLatency
+    from agentsearch.trainer.setup import build_envs
+    from agentsearch.trainer.train_config import TrainConfig
+
+    cfg = apply_overrides(TrainConfig, "tiny", [
+        "tool_latency.kind=fixed", "tool_latency.mean_s=0.1", "tool_latency.concurrency=1",
+        "async.tool_timeout_s=0.15"])
+    envs = build_envs(cfg, 4)
+    tools = [env.tools["search"] for env in envs]
+    name = envs[0].reset(seed=0)[1]["question"].split("When was ")[1].rstrip("?")
+
+    async def load():  # the retriever loads: untimed
+        await asyncio.gather(*(t.tool(query=name) for t in tools))
+
+    async def burst():
+        return await asyncio.gather(*(tools_module.call_once(t, {"query": name}) for t in tools))
+
+    asyncio.run(load())
+    t0 = time.perf_counter()
+    outs = asyncio.run(burst())
+    assert all(o.startswith("Doc 1") for o in outs) and 0.4 <= time.perf_counter() - t0 < 0.7
+    slow = LatencyTool(Slow(), ToolLatency("fixed", 0.01), service=ToolService(1))
+    slow.timeout_s = 0.15
+    t0 = time.perf_counter()
+    with pytest.raises(TimeoutError):
+        asyncio.run(tools_module.call_once(slow, {"x": "hi"}))
+    assert time.perf_counter() - t0 < 0.5

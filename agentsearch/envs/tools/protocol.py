@@ -75,12 +75,15 @@ class Tool(Protocol):
 
 
 async def call_once(tool: Tool, arguments: dict) -> Any:
-    """One call of ``tool`` under its ``timeout_s``. A timeout is the policy's failure
-    (``TimeoutError``: its code loops, its request is too big) unless the tool sets
-    ``timeouts_are_infra = True`` (it waits on a service: the search tool), then it is an
-    ``InfraError``, waited out like a dead server (``core.reliability``)."""
+    """One call of ``tool`` under its ``timeout_s``, plus its ``wait_allowance_s`` if it has
+    one (seconds it may wait before its own work starts: a queue, a modelled latency;
+    ``LatencyTool``). A timeout is the policy's failure (``TimeoutError``: its code loops, its
+    request is too big) unless the tool sets ``timeouts_are_infra = True`` (it waits on a
+    service: the search tool), then it is an ``InfraError``, waited out like a dead server
+    (``core.reliability``)."""
+    limit = tool.timeout_s + getattr(tool, "wait_allowance_s", 0.0)
     try:
-        return await asyncio.wait_for(tool(**arguments), timeout=tool.timeout_s)
+        return await asyncio.wait_for(tool(**arguments), timeout=limit)
     except TimeoutError as e:
         if getattr(tool, "timeouts_are_infra", False):
             raise InfraError(f"{tool.name} timed out after {tool.timeout_s:g} s") from e
