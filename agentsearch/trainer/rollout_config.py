@@ -85,7 +85,8 @@ class AsyncConfig:
     """Seconds any one tool call may take; None = each tool's own ``timeout_s``. Past it the
     call is an error observation (the episode goes on), except for tools that wait on a
     service (``timeouts_are_infra``: the search tool), whose timeouts are infrastructure
-    errors, waited out (``reliability``)."""
+    errors, waited out (``reliability``). It bounds the call itself, not a modelled latency
+    or queue wait in front of it (``tool_latency``'s allowance is added on top)."""
     max_batch: int = 256
     """HF micro-batcher: most turns generated in one call."""
     max_wait_s: float = 0.05
