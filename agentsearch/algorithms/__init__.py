@@ -1,1 +1,2 @@
-"""Pure training algorithms: losses, GRPO advantages, episodes to groups, the update, the optimizer."""
+"""Pure training algorithms: losses, GRPO advantages, episodes to groups, the update, the
+optimizer."""

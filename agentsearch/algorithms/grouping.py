@@ -34,7 +34,8 @@ def response_lengths(episodes: Sequence[Episode]) -> torch.Tensor:
 
 def episodes_to_groups(episodes: Sequence[Episode], n: int, step: int, *, pad_id: int,
                        advantage_scale: str = "std", overlong: tuple[int, int, float] | None = None,
-                       pixel_fn: Callable | None = None) -> tuple[list[ReplayGroup], dict[str, float]]:
+                       pixel_fn: Callable | None = None
+                       ) -> tuple[list[ReplayGroup], dict[str, float]]:
     """``len(episodes) / n`` groups, and ``groups/*`` metrics.
 
     ``overlong=(max_len, buffer, factor)`` adds DAPO's soft overlong penalty on each
@@ -76,9 +77,10 @@ def episodes_to_groups(episodes: Sequence[Episode], n: int, step: int, *, pad_id
             advantages=adv[g], rewards=rewards[g], born_step=step,
             answer_correct=None if any(c is None for c in correct) else torch.tensor(correct)))
     zero_var = zero_variance_mask(rewards)
-    metrics = {"groups/fresh": float(G), "groups/zero_variance_frac": float(zero_var.float().mean()),
-               "groups/all_correct_frac": float(sum(bool(g.answer_correct is not None and g.answer_correct.all())
-                                                    for g in groups)) / max(G, 1),
+    all_correct = sum(bool(g.answer_correct is not None and g.answer_correct.all()) for g in groups)
+    metrics = {"groups/fresh": float(G),
+               "groups/zero_variance_frac": float(zero_var.float().mean()),
+               "groups/all_correct_frac": float(all_correct) / max(G, 1),
                "groups/reward_std_mean": float(rewards.std(dim=1).mean()) if n > 1 else 0.0,
                "groups/abs_advantage_mean": float(adv.abs().mean())}
     return groups, metrics

@@ -42,8 +42,8 @@ import torch
 
 from agentsearch.core.registry import Registry
 
-__all__ = ["LossStats", "policy_loss", "grpo_loss", "gspo_loss", "cispo_loss", "kl_penalty", "entropy_bonus",
-           "overlong_penalty", "sft_loss", "masked_mean", "aggregation",
+__all__ = ["LossStats", "policy_loss", "grpo_loss", "gspo_loss", "cispo_loss", "kl_penalty",
+           "entropy_bonus", "overlong_penalty", "sft_loss", "masked_mean", "aggregation",
            "loss_normalizer", "LossSpec", "register_loss", "unregister_loss", "loss_spec",
            "loss_names"]
 
@@ -135,7 +135,8 @@ def aggregation(kind: str, agg: str) -> Unit:
 
 
 def _count(mask: torch.Tensor, unit: Unit) -> torch.Tensor:
-    """Masked tokens (``token``) or sequences with a masked token (``sequence``): [..., T] -> scalar."""
+    """Masked tokens (``token``) or sequences with a masked token (``sequence``):
+    [..., T] -> scalar."""
     m = mask.to(torch.float32)
     return m.sum() if unit == "token" else (m.sum(-1) > 0).to(torch.float32).sum()
 
@@ -152,7 +153,8 @@ def loss_normalizer(kind: str, agg: str, masks) -> float:
 
 
 def _aggregate(per_token: torch.Tensor, mask: torch.Tensor, unit: Unit, normalizer: float | None):
-    """Sum of ``per_token`` [B, T] in ``unit``s, divided by ``normalizer`` (default: the unit count)."""
+    """Sum of ``per_token`` [B, T] in ``unit``s, divided by ``normalizer`` (default: the unit
+    count)."""
     denom = normalizer if normalizer is not None else _count(mask, unit).clamp(min=1)
     mask = mask.to(per_token.dtype)
     if unit == "token":
@@ -247,7 +249,8 @@ def _gspo_check(cfg) -> list[str]:
 register_loss("grpo", grpo_loss, dual_clip=True, _builtin=True)
 register_loss("gspo", gspo_loss, aggregation={"token": "sequence", "sequence": "sequence"},
               check=_gspo_check, _builtin=True)  # sequence-level by definition
-register_loss("cispo", cispo_loss, unbounded_low=True, _builtin=True)  # clip_low=None: MiniMax-M1's form
+# clip_low=None: MiniMax-M1's form
+register_loss("cispo", cispo_loss, unbounded_low=True, _builtin=True)
 
 
 def policy_loss(kind: str, *args, **kwargs) -> LossStats:
@@ -286,7 +289,8 @@ def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, *, unit: Unit = "to
     return _aggregate(entropy, mask, unit, normalizer)
 
 
-def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int, factor: float = 1.0) -> torch.Tensor:
+def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int,
+                     factor: float = 1.0) -> torch.Tensor:
     """DAPO's soft overlong punishment, added to the reward. lengths: [B] -> [B] (<= 0).
 
     0 up to ``max_len - buffer``, then falls linearly to ``-factor`` at ``max_len`` and stays.

@@ -13,7 +13,8 @@ from torch import nn
 __all__ = ["make_optimizer", "lr_factor"]
 
 
-def lr_factor(step: int, warmup_steps: int = 0, decay_steps: int = 0, min_lr_ratio: float = 0.1) -> float:
+def lr_factor(step: int, warmup_steps: int = 0, decay_steps: int = 0,
+              min_lr_ratio: float = 0.1) -> float:
     """The learning-rate multiplier at optimizer step ``step`` (0-based): ``(step + 1) /
     warmup_steps`` up to 1 during warmup, times ``max(min_lr_ratio, 1 - step / decay_steps)``
     when ``decay_steps > 0``."""

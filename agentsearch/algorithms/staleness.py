@@ -107,7 +107,8 @@ def gate_stale_groups(groups: list[ReplayGroup], behaviour: list[Tensor | None],
         weights.append(decoupled_weights(g.gen_logprobs, behav, stale & g.action_mask, cap))
     stale = [w for w in weights if w is not None]
     tokens = sum(int(g.action_mask.sum()) for g, w in zip(kept, weights) if w is not None)
-    w_sum = sum(float(w[g.action_mask.bool()].sum()) for g, w in zip(kept, weights) if w is not None)
+    w_sum = sum(float(w[g.action_mask.bool()].sum())
+                for g, w in zip(kept, weights) if w is not None)
     return kept, weights, {
         "async/staleness_mean": sum(staleness) / max(len(staleness), 1),
         "async/stale_groups": float(len(drifts)),

@@ -45,7 +45,8 @@ class Row:
     adv: float
     replayed: bool
     pixel_values: torch.Tensor | None = None  # [k, 3, H, W]: the row's images (VLM), or None
-    is_w: torch.Tensor | None = None  # [T] decoupled importance weight (a stale fresh group), or None
+    # [T] decoupled importance weight (a stale fresh group), or None
+    is_w: torch.Tensor | None = None
 
 
 def rows_of(groups: Sequence[ReplayGroup], replayed: bool = False,
@@ -80,7 +81,8 @@ def pad_rows(rows: Sequence[Row], device) -> dict[str, torch.Tensor]:
         ids[b, :n], attn[b, :n], mask[b, :n], old[b, :n] = r.ids, 1, r.mask, r.old_lp
     adv = torch.tensor([r.adv for r in rows], dtype=torch.float32)
     out = dict(ids=ids, attn=attn, mask=mask, old=old, adv=adv)
-    if any(r.is_w is not None for r in rows):  # per-token advantages: adv x importance weight [B, T]
+    # per-token advantages: adv x importance weight [B, T]
+    if any(r.is_w is not None for r in rows):
         isw = torch.ones(B, T, dtype=torch.float32)
         for b, r in enumerate(rows):
             if r.is_w is not None:
@@ -120,7 +122,8 @@ def policy_update(model, optimizer, scheduler, rows: Sequence[Row], cfg, *,
     steps.
     """
     kl_on = cfg.kl_coef > 0 and ref_logprobs_fn is not None
-    pull = kl_on or float(getattr(cfg, "entropy_coef", 0.0)) > 0  # terms with a gradient whatever the advantages
+    # terms with a gradient whatever the advantages
+    pull = kl_on or float(getattr(cfg, "entropy_coef", 0.0)) > 0
     if not rows:
         return {"train/skipped": 1.0, "train/empty_batch": 1.0, "train/skipped_no_signal": 1.0}
     if not carries_gradient(rows, pull):
@@ -158,13 +161,15 @@ def _optimizer_step(model, optimizer, rows: Sequence[Row], cfg, kl_on: bool,
     n_tokens = float(sum(int(r.mask.sum()) for r in rows))
     normalizer = loss_normalizer(cfg.loss, cfg.agg, [r.mask for r in rows])
     unit = aggregation(cfg.loss, cfg.agg)  # the KL and entropy terms are aggregated like the loss
-    sums = {"loss": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "ratio_mean": 0.0, "kl_ref": 0.0, "entropy": 0.0}
+    sums = {"loss": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "ratio_mean": 0.0, "kl_ref": 0.0,
+            "entropy": 0.0}
     finite = True
     for s in range(0, len(rows), cfg.micro_batch_size):
         mb_rows = rows[s:s + cfg.micro_batch_size]
         mb = pad_rows(mb_rows, device)
         pixels = batch_pixels(model, mb["ids"], [r.pixel_values for r in mb_rows], device)
-        if kl_on:  # before the policy's forward: the reference may be the same model, another adapter
+        # before the policy's forward: the reference may be the same model, another adapter
+        if kl_on:
             with torch.no_grad():
                 ref = ref_logprobs_fn(mb["ids"], mb["attn"], mb["mask"])  # [B, T]
         lp = token_logprobs(model, mb["ids"], mb["attn"], temperature=cfg.generation.temperature,
@@ -202,4 +207,5 @@ def _optimizer_step(model, optimizer, rows: Sequence[Row], cfg, kl_on: bool,
     optimizer.zero_grad(set_to_none=True)
     if entropy_coef <= 0:
         del sums["entropy"]
-    return {**{f"train/{k}": v for k, v in sums.items()}, "train/skipped": 0.0, "train/grad_norm": grad_norm}
+    return {**{f"train/{k}": v for k, v in sums.items()}, "train/skipped": 0.0,
+            "train/grad_norm": grad_norm}
