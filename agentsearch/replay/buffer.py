@@ -203,7 +203,8 @@ class HeadroomDriftBuffer:
         self._nonfinite_total += nonfinite
         if nonfinite:
             log.warning("replay ingress at step %d: refused %d group(s) with nan/inf generation "
-                        "logprobs on policy tokens (%d so far)", step, nonfinite, self._nonfinite_total)
+                        "logprobs on policy tokens (%d so far)", step, nonfinite,
+                        self._nonfinite_total)
         return len(new)
 
     # ------------------------------------------------------------------ selection
@@ -226,7 +227,8 @@ class HeadroomDriftBuffer:
                 scanned = len(accepted)
             else:
                 if score_fn is None:
-                    raise ValueError(f"replay strategy {self.name!r} scores groups: pass a score_fn")
+                    raise ValueError(f"replay strategy {self.name!r} scores groups: "
+                                     "pass a score_fn")
                 for start in range(0, len(order), self.scan_chunk):
                     chunk = [self._groups[i] for i in order[start:start + self.scan_chunk]]
                     chunk_records = self._score_chunk(chunk, score_fn)
@@ -237,7 +239,8 @@ class HeadroomDriftBuffer:
                         take = r.passed and len(accepted) < budget
                         if take:
                             accepted.append(g)
-                        records.append(dataclasses.replace(r, accepted=take, age=int(step) - g.born_step))
+                        records.append(dataclasses.replace(r, accepted=take,
+                                                           age=int(step) - g.born_step))
                     if len(accepted) >= budget:
                         break
         for g in accepted:
@@ -327,4 +330,5 @@ class HeadroomDriftBuffer:
         self._groups, self._added = groups[overflow:], added[overflow:]
         self._rng.set_state(state["rng_state"])
         self.stats.load_state_dict(state["stats"])
-        self._nonfinite_last, self._nonfinite_total = (int(x) for x in state.get("ingress_nonfinite", (0, 0)))
+        self._nonfinite_last, self._nonfinite_total = (
+            int(x) for x in state.get("ingress_nonfinite", (0, 0)))

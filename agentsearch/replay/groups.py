@@ -80,8 +80,9 @@ class ReplayGroup:
             if len(self.pixel_values) != n:
                 raise ValueError(f"pixel_values must hold one entry per response ({n}), "
                                  f"got {len(self.pixel_values)}")
-            self.pixel_values = [None if p is None else torch.as_tensor(p).detach().to("cpu", torch.float32)
-                                 for p in self.pixel_values]
+            self.pixel_values = [
+                None if p is None else torch.as_tensor(p).detach().to("cpu", torch.float32)
+                for p in self.pixel_values]
         self.born_step = int(self.born_step)
         self.cached_headroom = float(self.cached_headroom)
         self.replay_count = int(self.replay_count)
@@ -110,7 +111,8 @@ class ReplayGroup:
     def nbytes(self) -> int:
         """Approximate memory held by this group (tensor storage plus object overhead)."""
         tensors = [self.token_ids, self.action_mask, self.gen_logprobs, self.advantages,
-                   self.rewards] + ([self.answer_correct] if self.answer_correct is not None else []) \
+                   self.rewards] \
+            + ([self.answer_correct] if self.answer_correct is not None else []) \
             + [p for p in (self.pixel_values or []) if p is not None]
         # ~200 B per tensor object, ~500 B for the dataclass and its Python fields
         return sum(t.numel() * t.element_size() + 200 for t in tensors) + 500 + \
@@ -153,7 +155,8 @@ class ReplayGroup:
             new = [torch.zeros(ids.shape[0], T, dtype=d) for d in (ids.dtype, torch.bool, lp.dtype)]
             for i in range(ids.shape[0]):
                 k = int(lengths[i])
-                new[0][i, :k], new[1][i, :k], new[2][i, :k] = ids[i][keep[i]], mask[i][keep[i]], lp[i][keep[i]]
+                new[0][i, :k], new[1][i, :k], new[2][i, :k] = \
+                    ids[i][keep[i]], mask[i][keep[i]], lp[i][keep[i]]
             ids, mask, lp = new
         else:
             any_policy = mask.any(0).nonzero()

@@ -57,7 +57,8 @@ def token_headroom(logprobs: Tensor, advantages: Tensor, weighting: str = "sign"
 
 
 def _masked_mean(x: Tensor, mask: Tensor) -> Tensor:
-    """Mean of x over the True positions of mask, pooled over the last two dims: [G, n, T] -> [G]."""
+    """Mean of x over the True positions of mask, pooled over the last two dims:
+    [G, n, T] -> [G]."""
     mask = mask.bool()
     total = torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum((-2, -1))
     count = mask.sum((-2, -1))                      # [G]
@@ -66,7 +67,8 @@ def _masked_mean(x: Tensor, mask: Tensor) -> Tensor:
 
 def headroom_batched(logprobs: Tensor, advantages: Tensor, mask: Tensor,
                      weighting: str = "sign") -> Tensor:
-    """Headroom of G groups at once: logprobs [G, n, T], advantages [G, n], mask [G, n, T] -> [G]."""
+    """Headroom of G groups at once: logprobs [G, n, T], advantages [G, n], mask [G, n, T]
+    -> [G]."""
     h = token_headroom(logprobs, advantages, weighting)   # [G, n, T]
     return _masked_mean(h, mask)                          # [G]
 
@@ -76,7 +78,8 @@ def policy_drift_batched(logprobs: Tensor, gen_logprobs: Tensor, mask: Tensor,
     """Drift of G groups at once: logprobs, gen_logprobs, mask all [G, n, T] -> [G]."""
     if kind not in DRIFT_KINDS:
         raise ValueError(f"kind must be one of {DRIFT_KINDS}, got {kind!r}")
-    d = _float(logprobs) - _float(gen_logprobs)           # [G, n, T]; garbage off-mask is dropped below
+    # [G, n, T]; garbage off-mask is dropped below
+    d = _float(logprobs) - _float(gen_logprobs)
     if kind == "l2":
         return _masked_mean(d * d, mask)                  # [G]
     return _masked_mean(d, mask).abs()                    # [G]

@@ -276,6 +276,7 @@ class ReplayStats:
         self.accepted_total = int(state["accepted_total"])
         self.evicted_exposure = {int(k): int(v) for k, v in state["evicted_exposure"].items()}
         # absent in states saved before this counter existed
-        self.evicted_by_h0 = {(float(h), int(c)): int(m) for h, c, m in state.get("evicted_by_h0", [])}
+        self.evicted_by_h0 = {(float(h), int(c)): int(m)
+                              for h, c, m in state.get("evicted_by_h0", [])}
         self._h0 = {}  # the buffer's groups are new objects now
         self.last_add = {str(k): float(v) for k, v in state["last_add"].items()}

@@ -119,7 +119,8 @@ def make_replay(kind: str, **kwargs: Any) -> ReplayStrategy:
 
 
 def _builtin(kind: str) -> Callable[..., ReplayStrategy]:
-    """The factory of a built-in kind: one ``HeadroomDriftBuffer`` with the kind's order and gate."""
+    """The factory of a built-in kind: one ``HeadroomDriftBuffer`` with the kind's order and
+    gate."""
     order, gate = BUILTIN_KINDS[kind]
 
     def factory(**kwargs: Any) -> ReplayStrategy:
@@ -181,11 +182,13 @@ def _successful_rows(g: ReplayGroup, threshold: float) -> ReplayGroup | None:
     if rows.numel() == 0:
         return None
     pick = lambda t: None if t is None else t[rows]  # noqa: E731
-    return ReplayGroup(prompt_id=g.prompt_id, token_ids=g.token_ids[rows], action_mask=g.action_mask[rows],
-                       gen_logprobs=g.gen_logprobs[rows], advantages=g.advantages[rows], rewards=g.rewards[rows],
+    return ReplayGroup(prompt_id=g.prompt_id, token_ids=g.token_ids[rows],
+                       action_mask=g.action_mask[rows], gen_logprobs=g.gen_logprobs[rows],
+                       advantages=g.advantages[rows], rewards=g.rewards[rows],
                        answer_correct=pick(g.answer_correct), born_step=g.born_step,
                        cached_headroom=g.cached_headroom, replay_count=g.replay_count,
-                       pixel_values=None if g.pixel_values is None else [g.pixel_values[int(i)] for i in rows])
+                       pixel_values=None if g.pixel_values is None
+                       else [g.pixel_values[int(i)] for i in rows])
 
 
 for _kind in BUILTIN_KINDS:  # the built-ins go through the same registry as a user's kinds
