@@ -46,13 +46,14 @@ from agentsearch.analysis.runs import (
     write_csv,
 )
 
-__all__ = ["run_curve", "pareto_frontier", "choose_target", "time_to_target", "analyse", "rescaled", "MACHINE_FREE",
-           "main"]
+__all__ = ["run_curve", "pareto_frontier", "choose_target", "time_to_target", "analyse", "rescaled",
+           "MACHINE_FREE", "main"]
 
 DEFAULT_TARGET = "on_policy_larger"
 
 
-def run_curve(run_dir: str | Path, metric: str = "eval/mean_at_n") -> list[tuple[float, float, int]]:
+def run_curve(run_dir: str | Path,
+              metric: str = "eval/mean_at_n") -> list[tuple[float, float, int]]:
     """(train seconds, metric, step) for every record that has ``metric``."""
     return sorted(load_run(run_dir, metric).points)
 
@@ -69,7 +70,8 @@ def pareto_frontier(points: list[tuple[float, float]]) -> list[tuple[float, floa
     return front
 
 
-def choose_target(methods: list[MethodCurve], name: str | None = None) -> tuple[MethodCurve | None, str]:
+def choose_target(methods: list[MethodCurve],
+                  name: str | None = None) -> tuple[MethodCurve | None, str]:
     """The baseline method (module doc) and a sentence saying which and why; None if
     ``name`` is given and absent, or if no method has a final score."""
     scored = [m for m in methods if m.final is not None]
@@ -85,7 +87,8 @@ def choose_target(methods: list[MethodCurve], name: str | None = None) -> tuple[
     if found is not None:
         return found, f"target: {DEFAULT_TARGET}'s final score"
     base = [m for m in scored if m.on_policy]
-    pool, kind = (base, "on-policy baseline") if base else (scored, "method (no on-policy run given)")
+    pool, kind = ((base, "on-policy baseline") if base
+                  else (scored, "method (no on-policy run given)"))
     found = max(pool, key=lambda m: m.final[0])
     return found, f"target: the best-scoring {kind}, {found.label} ({DEFAULT_TARGET} absent)"
 
@@ -95,7 +98,8 @@ def first_reach(points: list[tuple[float, float, int]], target: float) -> float 
     return next((t for t, q, _ in points if q >= target - 1e-12), None)
 
 
-def time_to_target(methods: list[MethodCurve], target: float, baseline_seconds: float | None) -> list[dict]:
+def time_to_target(methods: list[MethodCurve], target: float,
+                   baseline_seconds: float | None) -> list[dict]:
     """One row per run: final, training seconds, time to ``target`` and its ratio to
     ``baseline_seconds`` (None where never reached or no baseline time)."""
     rows = []
@@ -117,7 +121,8 @@ def _method_rows(methods: list[MethodCurve], ttt: list[dict]) -> list[dict]:
         row = {"method": m.label, "seeds": len(m.usable), "runs": len(m.runs),
                "final_mean": None, "final_std": None, "train_s_mean": None, "train_s_std": None,
                "reached": f"{len(reached)}/{len(mine)}",
-               "time_to_target_mean": mean_std([r["time_to_target"] for r in reached])[0] if reached else None,
+               "time_to_target_mean": (mean_std([r["time_to_target"] for r in reached])[0]
+                                       if reached else None),
                "ratio_mean": mean_std(ratios)[0] if ratios else None,
                "ratio_std": mean_std(ratios)[1] if ratios else None}
         if m.final is not None:
@@ -138,7 +143,8 @@ def rescaled(run: Run, factor: float) -> list[tuple[float, float, int]]:
     steps = {r["step"]: r for r in run.records if isinstance(r.get("step"), int)}
     points = []
     for t, q, step in run.points:
-        waited = sum(float(r.get(k) or 0.0) for s, r in steps.items() if 0 < s <= step for k in MACHINE_FREE)
+        waited = sum(float(r.get(k) or 0.0) for s, r in steps.items() if 0 < s <= step
+                     for k in MACHINE_FREE)
         points.append((waited + factor * (t - waited), q, step))
     return points
 
@@ -161,17 +167,21 @@ def analyse(run_dirs, metric: str = "eval/mean_at_n", label_by: str = "auto",
     usable = [r for r in runs if r.points]
     result = {"metric": metric, "ok": bool(usable), "runs": [], "methods": [], "frontier": [],
               "method_frontier": [], "target": None, "time_to_target": [], "messages": messages,
-              "curves": {str(r.path): [list(p) for p in r.points] for r in runs}, "time_scale": factors}
+              "curves": {str(r.path): [list(p) for p in r.points] for r in runs},
+              "time_scale": factors}
     result["_methods"], result["_runs"] = methods, runs  # for the plots; dropped from the JSON
     if not usable:
         messages.append("none of the runs has usable evaluation rows: nothing to compare")
         return result
-    result["runs"] = [{"run": str(r.path), "method": r.label, "seed": r.seed, "points": len(r.points),
-                       "final": r.final, "best": max(q for _, q, _ in r.points),
+    result["runs"] = [{"run": str(r.path), "method": r.label, "seed": r.seed,
+                       "points": len(r.points), "final": r.final,
+                       "best": max(q for _, q, _ in r.points),
                        "train_seconds": r.train_seconds, "steps": r.points[-1][2]} for r in usable]
-    result["frontier"] = [list(p) for p in pareto_frontier([(t, q) for r in usable for t, q, _ in r.points])]
+    result["frontier"] = [list(p) for p in pareto_frontier([(t, q) for r in usable
+                                                            for t, q, _ in r.points])]
     # (seconds, value, method) of every mean point; methods at an equal point all keep their label
-    mean_pts = list(dict.fromkeys((s[0], v[0], m.label) for m in methods for s, v in zip(m.seconds, m.values)))
+    mean_pts = list(dict.fromkeys((s[0], v[0], m.label) for m in methods
+                                  for s, v in zip(m.seconds, m.values)))
     front = set(pareto_frontier([(t, q) for t, q, _ in mean_pts]))
     result["method_frontier"] = [[t, q, lab] for t, q, lab in sorted(mean_pts, key=lambda p: p[:2])
                                  if (t, q) in front]
@@ -180,21 +190,25 @@ def analyse(run_dirs, metric: str = "eval/mean_at_n", label_by: str = "auto",
         result["ok"] = False
         messages.append(why)
     baseline_s = base.train_seconds[0] if base is not None else None
-    score = target_score if target_score is not None else (base.final[0] if base is not None else None)
+    score = (target_score if target_score is not None
+             else (base.final[0] if base is not None else None))
     if target_score is not None:
-        why = f"target: --target-score {target_score:g}" + (f"; ratios to {base.label}'s wall-clock"
-                                                             if base is not None else "")
+        why = f"target: --target-score {target_score:g}" + (
+            f"; ratios to {base.label}'s wall-clock" if base is not None else "")
     if score is not None:
         result["target"] = {"method": base.label if base is not None else None, "score": score,
                             "baseline_train_seconds": baseline_s, "reason": why}
         result["time_to_target"] = time_to_target(methods, score, baseline_s)
         if not any(r["time_to_target"] is not None for r in result["time_to_target"]):
-            messages.append(f"no run reaches the target {score:.4f}: every time to target is 'never'")
+            messages.append(f"no run reaches the target {score:.4f}: "
+                            "every time to target is 'never'")
     result["methods"] = _method_rows(methods, result["time_to_target"])
-    base_row = next((m for m in result["methods"] if base is not None and m["method"] == base.label), None)
+    base_row = next((m for m in result["methods"]
+                     if base is not None and m["method"] == base.label), None)
     base_ttt = base_row["time_to_target_mean"] if base_row else None
     for m in result["methods"]:  # the one speed-up: time to target over the baseline's time to it
-        m["speedup"] = m["time_to_target_mean"] / base_ttt if base_ttt and m["time_to_target_mean"] else None
+        m["speedup"] = (m["time_to_target_mean"] / base_ttt
+                        if base_ttt and m["time_to_target_mean"] else None)
     return result
 
 
@@ -208,20 +222,24 @@ def tables_markdown(result: dict) -> str:
                   f"{cell(tgt['baseline_train_seconds'], '.1f')} s.", ""]
     if result["methods"]:
         lines += ["| method | seeds | final (mean ± std) | train s (mean ± std) | reached target | "
-                  "time to target (s) | speed-up: time to target over the baseline's | time to target as a "
-                  "share of the baseline's training time (mean ± std) |", "|---|---|---|---|---|---|---|---|"]
+                  "time to target (s) | speed-up: time to target over the baseline's | "
+                  "time to target as a share of the baseline's training time (mean ± std) |",
+                  "|---|---|---|---|---|---|---|---|"]
     for m in result["methods"]:
-        lines.append(f"| {m['method']} | {m['seeds']}/{m['runs']} | {cell(m['final_mean'])} ± {cell(m['final_std'])} | "
-                     f"{cell(m['train_s_mean'], '.1f')} ± {cell(m['train_s_std'], '.1f')} | {m['reached']} | "
-                     f"{cell(m['time_to_target_mean'], '.1f', 'never')} | {cell(m.get('speedup'), '.3f', '-')} | "
+        lines.append(f"| {m['method']} | {m['seeds']}/{m['runs']} | "
+                     f"{cell(m['final_mean'])} ± {cell(m['final_std'])} | "
+                     f"{cell(m['train_s_mean'], '.1f')} ± {cell(m['train_s_std'], '.1f')} | "
+                     f"{m['reached']} | {cell(m['time_to_target_mean'], '.1f', 'never')} | "
+                     f"{cell(m.get('speedup'), '.3f', '-')} | "
                      f"{cell(m['ratio_mean'], '.3f', 'never')} ± {cell(m['ratio_std'], '.3f')} |")
     if result["time_to_target"]:
-        lines += ["", "| method | run | seed | final | train s | time to target (s) | share of the baseline's "
-                  "training time |",
+        lines += ["", "| method | run | seed | final | train s | time to target (s) | "
+                  "share of the baseline's training time |",
                   "|---|---|---|---|---|---|---|"]
         for r in result["time_to_target"]:
-            lines.append(f"| {r['method']} | {Path(r['run']).name} | {r['seed']} | {cell(r['final'])} | "
-                         f"{cell(r['train_seconds'], '.1f')} | {cell(r['time_to_target'], '.1f', 'never')} | "
+            lines.append(f"| {r['method']} | {Path(r['run']).name} | {r['seed']} | "
+                         f"{cell(r['final'])} | {cell(r['train_seconds'], '.1f')} | "
+                         f"{cell(r['time_to_target'], '.1f', 'never')} | "
                          f"{cell(r['ratio'], '.3f', 'never')} |")
     if result["method_frontier"]:
         lines += ["", "Frontier (method means): " + ", ".join(
@@ -236,7 +254,8 @@ def write_outputs(result: dict, out: Path) -> list[Path]:
     folder, stem = (out.parent, out.stem) if out.suffix else (out, "pareto")
     folder.mkdir(parents=True, exist_ok=True)
     if out.suffix == ".json":
-        out.write_text(json.dumps({k: v for k, v in result.items() if not k.startswith("_")}, indent=1))
+        out.write_text(json.dumps({k: v for k, v in result.items() if not k.startswith("_")},
+                                  indent=1))
         return [out]
     from agentsearch.analysis.plots import plot_methods
     from agentsearch.analysis.replay_diagnostics import replay_diagnostics, write_diagnostics
@@ -256,12 +275,16 @@ def write_outputs(result: dict, out: Path) -> list[Path]:
                              "train_seconds": t, "value": q} for r in runs for t, q, s in r.points],
                ["method", "run", "seed", "step", "train_seconds", "value"])
     write_csv(written[3], [{"method": m.label, "seeds": len(m.usable), "step": st,
-                             "train_seconds_mean": s[0], "train_seconds_std": s[1], "value_mean": v[0],
-                             "value_std": v[1]} for m in methods for st, s, v in zip(m.steps, m.seconds, m.values)],
-               ["method", "seeds", "step", "train_seconds_mean", "train_seconds_std", "value_mean", "value_std"])
-    never = [{**r, **({"time_to_target": "never", "ratio": "never"} if r["time_to_target"] is None else {})}
+                             "train_seconds_mean": s[0], "train_seconds_std": s[1],
+                             "value_mean": v[0], "value_std": v[1]}
+                            for m in methods for st, s, v in zip(m.steps, m.seconds, m.values)],
+               ["method", "seeds", "step", "train_seconds_mean", "train_seconds_std", "value_mean",
+                "value_std"])
+    never = [{**r, **({"time_to_target": "never", "ratio": "never"}
+                      if r["time_to_target"] is None else {})}
              for r in result["time_to_target"]]
-    write_csv(written[4], never, ["method", "run", "seed", "final", "train_seconds", "time_to_target", "ratio"])
+    write_csv(written[4], never,
+              ["method", "run", "seed", "final", "train_seconds", "time_to_target", "ratio"])
     written.append(plot_methods(result, folder / f"{stem}.png"))
     written += write_diagnostics(diag, folder, stem)
     return written

@@ -74,7 +74,8 @@ def plot_methods(result: dict, out: str | Path) -> Path:
     for i, m in enumerate(methods):
         color = f"C{i % 10}"
         for r in m.usable:
-            ax.plot([p[0] for p in r.points], [p[1] for p in r.points], color=color, lw=0.6, alpha=0.3)
+            ax.plot([p[0] for p in r.points], [p[1] for p in r.points], color=color, lw=0.6,
+                    alpha=0.3)
         if m.steps:
             t = [s[0] for s in m.seconds]
             mu = [v[0] for v in m.values]
@@ -86,7 +87,8 @@ def plot_methods(result: dict, out: str | Path) -> Path:
     if front:
         ax.plot([p[0] for p in front], [p[1] for p in front], "k--", lw=1, label="frontier (means)")
     if target:
-        ax.axhline(target["score"], color="0.4", ls=":", lw=1, label=f"target {target['score']:.3f}")
+        ax.axhline(target["score"], color="0.4", ls=":", lw=1,
+                   label=f"target {target['score']:.3f}")
     ax.set_xlabel("training wall-clock (s, time/train_cumulative)")
     ax.set_ylabel(result["metric"])
     ax.legend(fontsize=7, ncol=2)

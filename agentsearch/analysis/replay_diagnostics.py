@@ -33,9 +33,11 @@ __all__ = ["replay_diagnostics", "write_diagnostics", "SERIES", "PHASE_KEYS"]
 
 SERIES = ("replay/accept_rate", "replay/scan_depth", "replay/age_mean")
 DECILES = tuple(f"replay/exposure_h0_decile_{d}" for d in range(10))
-LIFETIME = ("replay/exposure_top10_share", "replay/never_replayed_frac", "replay/accept_rate_lifetime")
+LIFETIME = ("replay/exposure_top10_share", "replay/never_replayed_frac",
+            "replay/accept_rate_lifetime")
 AGE_PREFIX = "replay/drift_age_"
-PHASE_KEYS = ("generate", "env", "reward", "logprobs", "replay_scan", "update", "sync", "other", "step")
+PHASE_KEYS = ("generate", "env", "reward", "logprobs", "replay_scan", "update", "sync", "other",
+              "step")
 
 
 def _train_records(r: Run) -> list[dict]:
@@ -85,14 +87,16 @@ def _youngest_first(keys: set[str], prefix: str) -> list[str]:
 
 def _age_keys(m: MethodCurve) -> list[str]:
     """The ``replay/drift_age_*`` keys in the method's records, youngest range first."""
-    return _youngest_first({k for r in m.runs for x in r.records for k in x if k.startswith(AGE_PREFIX)}, AGE_PREFIX)
+    return _youngest_first({k for r in m.runs for x in r.records for k in x
+                            if k.startswith(AGE_PREFIX)}, AGE_PREFIX)
 
 
 def _time_row(m: MethodCurve) -> dict:
     recs = [x for r in m.runs for x in _train_records(r)]
     row = {"method": m.label, "steps": len(recs)}
     for k in PHASE_KEYS:
-        row[k] = _mean([float(x[f"time/{k}"]) for x in recs if isinstance(x.get(f"time/{k}"), (int, float))])
+        row[k] = _mean([float(x[f"time/{k}"]) for x in recs
+                        if isinstance(x.get(f"time/{k}"), (int, float))])
     row["replay_scan_share"] = (row["replay_scan"] / row["step"]
                                 if row["replay_scan"] is not None and row["step"] else None)
     return row
@@ -108,8 +112,9 @@ def replay_diagnostics(methods: list[MethodCurve]) -> dict:
         out["series"][m.label] = {k: _series(m, k) for k in SERIES}
         dec = _deciles(m)
         if dec is None:
-            out["messages"].append(f"{m.label}: no replay/exposure_h0_decile_* in its metrics (runs from "
-                                   "before that metric was logged, or fewer than 10 groups admitted)")
+            out["messages"].append(f"{m.label}: no replay/exposure_h0_decile_* in its metrics "
+                                   "(runs from before that metric was logged, or fewer than 10 "
+                                   "groups admitted)")
         else:
             out["deciles"][m.label] = dec
         row = {"method": m.label}
@@ -123,12 +128,13 @@ def replay_diagnostics(methods: list[MethodCurve]) -> dict:
             row[k.split("/", 1)[1]] = _mean([v for _, v in _series(m, k)])
         out["summary"].append(row)
     if not out["series"] and methods:
-        out["messages"].append("no run replays (all on-policy, or no replay/* metrics): no replay diagnostics")
+        out["messages"].append("no run replays (all on-policy, or no replay/* metrics): "
+                               "no replay diagnostics")
     naive = next((t for t in out["time"] if t["method"] == "naive"), None)
     for t in out["time"]:
         t["scan_over_naive"] = ((t["replay_scan"] - naive["replay_scan"]) / t["step"]
-                                if naive and t["replay_scan"] is not None and naive["replay_scan"] is not None
-                                and t["step"] else None)
+                                if naive and t["replay_scan"] is not None
+                                and naive["replay_scan"] is not None and t["step"] else None)
     out["markdown"] = _markdown(out)
     return out
 
@@ -139,29 +145,36 @@ def _markdown(d: dict) -> str:
              "|---|" + "---|" * (len(PHASE_KEYS) + 2)]
     for t in d["time"]:
         lines.append(f"| {t['method']} | " + " | ".join(cell(t[k], ".3f") for k in PHASE_KEYS)
-                     + f" | {cell(t['replay_scan_share'], '.3f')} | {cell(t['scan_over_naive'], '.3f')} |")
+                     + f" | {cell(t['replay_scan_share'], '.3f')}"
+                     f" | {cell(t['scan_over_naive'], '.3f')} |")
     if d["summary"]:
-        lines += ["", "Replay (mean over steps and seeds; deciles of initial headroom: mean replay count, "
-                  "lowest tenth first):", "",
-                  "| method | accept rate | scan depth | age | replayed/step | top-10% share | deciles 1..10 |",
+        lines += ["", "Replay (mean over steps and seeds; deciles of initial headroom: "
+                  "mean replay count, lowest tenth first):", "",
+                  "| method | accept rate | scan depth | age | replayed/step | top-10% share "
+                  "| deciles 1..10 |",
                   "|---|---|---|---|---|---|---|"]
         for s in d["summary"]:
-            dec = " ".join(cell(s[f"h0_decile_{i}"], ".2f") for i in range(10)) if s["h0_decile_0"] is not None else "-"
-            lines.append(f"| {s['method']} | {cell(s['accept_rate'], '.3f')} | {cell(s['scan_depth'], '.1f')} | "
+            dec = (" ".join(cell(s[f"h0_decile_{i}"], ".2f") for i in range(10))
+                   if s["h0_decile_0"] is not None else "-")
+            lines.append(f"| {s['method']} | {cell(s['accept_rate'], '.3f')} | "
+                         f"{cell(s['scan_depth'], '.1f')} | "
                          f"{cell(s['age_mean'], '.2f')} | {cell(s['accepted'], '.2f')} | "
                          f"{cell(s['exposure_top10_share'], '.3f')} | {dec} |")
-        ages = _youngest_first({k for s in d["summary"] for k in s if k.startswith("drift_age_")}, "drift_age_")
+        ages = _youngest_first({k for s in d["summary"] for k in s if k.startswith("drift_age_")},
+                               "drift_age_")
         if ages:
             names = [k[len("drift_age_"):].replace("_", "-").replace("up", "+") for k in ages]
-            lines += ["", "Drift of the scanned groups by age in steps (the gate's drift, mean over steps and "
-                      "seeds):", "", "| method | " + " | ".join(names) + " |", "|---|" + "---|" * len(ages)]
+            lines += ["", "Drift of the scanned groups by age in steps (the gate's drift, mean "
+                      "over steps and seeds):", "", "| method | " + " | ".join(names) + " |",
+                      "|---|" + "---|" * len(ages)]
             lines += [f"| {s['method']} | " + " | ".join(cell(s.get(k), ".2e") for k in ages) + " |"
                       for s in d["summary"]]
     return "\n".join(lines) + "\n"
 
 
 def write_diagnostics(d: dict, folder: Path, stem: str) -> list[Path]:
-    """``STEM_time.csv`` always; ``STEM_replay.csv`` and ``STEM_replay.png`` when a method replays."""
+    """``STEM_time.csv`` always; ``STEM_replay.csv`` and ``STEM_replay.png`` when a method
+    replays."""
     written = [write_csv(folder / f"{stem}_time.csv", d["time"])]
     if not d["series"]:
         return written
@@ -172,13 +185,15 @@ def write_diagnostics(d: dict, folder: Path, stem: str) -> list[Path]:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))
-    titles = {"replay/accept_rate": "accept rate (steps that scanned)", "replay/scan_depth": "scan depth (groups)",
+    titles = {"replay/accept_rate": "accept rate (steps that scanned)",
+              "replay/scan_depth": "scan depth (groups)",
               "replay/age_mean": "age of replayed groups (steps)"}
     for i, (label, series) in enumerate(d["series"].items()):
         for ax, key in zip(axes.flat, SERIES):
             pts = series[key]
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], color=f"C{i % 10}", lw=1.2, label=label)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], color=f"C{i % 10}", lw=1.2,
+                        label=label)
         dec = d["deciles"].get(label)
         if dec:
             axes.flat[3].plot(range(1, 11), dec, "-o", color=f"C{i % 10}", ms=3, label=label)

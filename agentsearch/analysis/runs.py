@@ -33,13 +33,15 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Run", "MethodCurve", "load_run", "load_runs", "group_methods", "mean_std", "RUN_ONLY_KEYS"]
+__all__ = ["Run", "MethodCurve", "load_run", "load_runs", "group_methods", "mean_std",
+           "RUN_ONLY_KEYS"]
 
 _SEED_SUFFIX = re.compile(r"[-_](?:s|seed)(\d+)$")
 # config keys that do not change what a run trains (seed, threads, logging and checkpoint
 # cadence): runs differing only in these are seeds of one method
 RUN_ONLY_KEYS = frozenset({"seed", "threads", "tensorboard", "wandb_project", "checkpoint_every",
-                           "eval.every", "sft.log_every", "sft.pretrain_cache", "tool_latency.in_eval"})
+                           "eval.every", "sft.log_every", "sft.pretrain_cache",
+                           "tool_latency.in_eval"})
 
 
 @dataclass
@@ -159,7 +161,8 @@ def _read_records(path: Path, problems: list[str]) -> list[dict]:
         else:
             bad += 1
     if bad:
-        problems.append(f"{bad} unreadable line(s) in metrics.jsonl skipped (a run killed mid-write?)")
+        problems.append(f"{bad} unreadable line(s) in metrics.jsonl skipped "
+                        "(a run killed mid-write?)")
     return records
 
 
@@ -172,7 +175,8 @@ def _read_config(run_dir: Path, problems: list[str]) -> dict:
     try:
         cfg = yaml.safe_load(path.read_text(errors="replace"))
     except (yaml.YAMLError, OSError) as e:
-        problems.append(f"config.yaml cannot be read ({str(e).splitlines()[0]}); labelled by folder name")
+        problems.append(f"config.yaml cannot be read ({str(e).splitlines()[0]}); "
+                        "labelled by folder name")
         return {}
     return cfg if isinstance(cfg, dict) else {}
 
@@ -206,7 +210,8 @@ def load_run(run_dir: str | Path, metric: str = "eval/mean_at_n") -> Run:
         by_step[step] = (seconds, value, step)  # a re-logged step (resume) keeps its last record
     run.points = sorted(by_step.values(), key=lambda p: p[2])
     if untimed:
-        run.problems.append(f"{untimed} '{metric}' record(s) without time/train_cumulative or step skipped")
+        run.problems.append(f"{untimed} '{metric}' record(s) without time/train_cumulative "
+                            "or step skipped")
     if not run.points:
         others = sorted({k for rec in run.records for k in rec if k.startswith("eval/")
                          and _number(rec[k]) is not None})
@@ -265,7 +270,8 @@ def label_runs(runs: list[Run], label_by: str = "auto") -> None:
     if label_by != "auto":
         keys = [k.strip() for k in label_by.split(",") if k.strip()]
         for r in runs:
-            r.label = ",".join(f"{k}={_get(r.config, k)}" for k in keys) if r.config else _dir_label(r)
+            r.label = (",".join(f"{k}={_get(r.config, k)}" for k in keys) if r.config
+                       else _dir_label(r))
         return
     pps = [p for r in runs if isinstance(p := _get(r.config, "prompts_per_step"), int)]
     smallest = min(pps) if pps else None
@@ -298,11 +304,13 @@ def _split_differing_configs(runs: list[Run]) -> None:
             by_label.setdefault(r.label, []).append(r)
     for label, members in by_label.items():
         flats = [_flat(r.config) for r in members]
-        keys = sorted(k for k in {k for f in flats for k in f} - RUN_ONLY_KEYS if not k.startswith("eval."))
+        keys = sorted(k for k in {k for f in flats for k in f} - RUN_ONLY_KEYS
+                      if not k.startswith("eval."))
         differ = [k for k in keys if len({f.get(k, "null") for f in flats}) > 1]
         for r, f in zip(members, flats):
             if differ:
-                r.label = label + "[" + ",".join(f"{k}={_show(f.get(k, 'null'))}" for k in differ) + "]"
+                r.label = label + "[" + ",".join(f"{k}={_show(f.get(k, 'null'))}"
+                                                 for k in differ) + "]"
 
 
 def _show(text: str) -> str:
@@ -331,8 +339,8 @@ def group_methods(runs: list[Run]) -> tuple[list[MethodCurve], list[str]]:
             step_sets = [{p[2] for p in r.points} for r in usable]
             common = sorted(set.intersection(*step_sets))
             if any(s != step_sets[0] for s in step_sets):
-                messages.append(f"{label}: its {len(usable)} seeds evaluated at different steps; the mean "
-                                f"curve uses the {len(common)} step(s) they share")
+                messages.append(f"{label}: its {len(usable)} seeds evaluated at different steps; "
+                                f"the mean curve uses the {len(common)} step(s) they share")
             for step in common:
                 pts = [next(p for p in r.points if p[2] == step) for r in usable]
                 mc.steps.append(step)

@@ -15,8 +15,8 @@ import statistics
 from agentsearch.analysis.runs import Run
 from agentsearch.envs.tools.latency import ToolService, lognormal_s
 
-__all__ = ["makespan", "turn_calls", "step_wait", "step_compute", "queued_points", "predict", "priced_by_work", "measured_against",
-           "same_seed_ratios"]
+__all__ = ["makespan", "turn_calls", "step_wait", "step_compute", "queued_points", "predict",
+           "priced_by_work", "measured_against", "same_seed_ratios"]
 
 
 def makespan(durations: list[float], slots: int) -> float:
@@ -38,7 +38,8 @@ def turn_calls(record: dict) -> list[float]:
     wrong under regeneration (every round has an answering turn) and for uneven turns."""
     if (by_turn := record.get("rollout/tool_calls_by_turn")) is not None:
         return [float(c) for c in by_turn]
-    calls, turns = float(record.get("rollout/tool_calls", 0)), int(record.get("rollout/generate_calls", 1))
+    calls = float(record.get("rollout/tool_calls", 0))
+    turns = int(record.get("rollout/generate_calls", 1))
     searching = max(turns - 1, 1)
     return [round(calls / searching)] * searching
 
@@ -54,10 +55,12 @@ def step_wait(calls_by_turn: list[float], slots: int, mean_s: float, rng: random
 def step_compute(record: dict, price: dict[str, float]) -> float:
     """A step's compute seconds as its work prices them: ``price`` (``hard_world.work_model``'s)
     per token of each of its keys but ``step``, plus ``price["step"]``."""
-    return price["step"] + sum(p * float(record.get(k) or 0.0) for k, p in price.items() if k != "step")
+    return price["step"] + sum(p * float(record.get(k) or 0.0) for k, p in price.items()
+                               if k != "step")
 
 
-def queued_points(run: Run, slots: int, mean_s: float | None, rng: random.Random, sigma: float = 0.5,
+def queued_points(run: Run, slots: int, mean_s: float | None, rng: random.Random,
+                  sigma: float = 0.5,
                   price: dict[str, float] | None = None) -> list[tuple[float, float, int]]:
     """The run's evaluation points (seconds, value, step) with every step's ``time/env``
     replaced by ``step_wait`` of its calls turn by turn (``turn_calls``)
@@ -77,16 +80,18 @@ def queued_points(run: Run, slots: int, mean_s: float | None, rng: random.Random
     return [((0.0 if price else t) + at.get(step, 0.0), q, step) for t, q, step in run.points]
 
 
-def predict(runs: list[Run], slots: int, mean_s: float | None, target_method: str = "on_policy_larger",
-            share: float = 0.9, seed: int = 0, sigma: float = 0.5, price: dict[str, float] | None = None) -> dict:
+def predict(runs: list[Run], slots: int, mean_s: float | None,
+            target_method: str = "on_policy_larger", share: float = 0.9, seed: int = 0,
+            sigma: float = 0.5, price: dict[str, float] | None = None) -> dict:
     """Per method, under a service of ``slots`` x ``mean_s``: the mean time to ``share`` of
     ``target_method``'s mean final score, its ratio to ``target_method``'s mean training time
     (as the report's "ratio") and to its mean time to that target, its mean training time, and
     ``same_seed``: the mean over its runs of each one's time over ``target_method``'s run of the
     same seed (seeds differ in difficulty, so a method with fewer seeds is read against the same
-    ones; None unless every such pair reached). ``runs``: loaded, their seconds already on one clock; with ``price``, compute priced by
-    work (``queued_points``; ``mean_s`` None: each step's measured tool wait kept, the runs'
-    own service with every machine's speed and load taken out)."""
+    ones; None unless every such pair reached). ``runs``: loaded, their seconds already on one
+    clock; with ``price``, compute priced by work (``queued_points``; ``mean_s`` None: each
+    step's measured tool wait kept, the runs' own service with every machine's speed and load
+    taken out)."""
     rng = random.Random(seed)
     points = {r.name: queued_points(r, slots, mean_s, rng, sigma, price) for r in runs if r.points}
     ref = [r for r in runs if r.label == target_method and r.points]
@@ -114,7 +119,8 @@ def predict(runs: list[Run], slots: int, mean_s: float | None, target_method: st
                      "ratio": None if mean is None else mean / ref_train,
                      "to_reference": None if mean is None or not ref_time else mean / ref_time,
                      "same_seed": statistics.mean(a / b for a, b in pairs) if paired else None})
-    return {"slots": slots, "mean_s": mean_s, "target": target, "target_method": target_method, "methods": rows}
+    return {"slots": slots, "mean_s": mean_s, "target": target, "target_method": target_method,
+            "methods": rows}
 
 
 def priced_by_work(result: dict, model: dict | None) -> list[dict]:
@@ -126,11 +132,13 @@ def priced_by_work(result: dict, model: dict | None) -> list[dict]:
     finals = [r.final for r in runs if r.label == "on_policy_larger"]
     if model is None or score is None or not finals or statistics.mean(finals) <= 0:
         return []
-    return predict(runs, 0, None, share=score / statistics.mean(finals), price=model["price"])["methods"]
+    return predict(runs, 0, None, share=score / statistics.mean(finals),
+                   price=model["price"])["methods"]
 
 
 def measured_against(run: Run, twin: Run, slots: int, mean_s: float, target: float,
-                     price: dict[str, float] | None = None, seed: int = 0, sigma: float = 0.5) -> dict:
+                     price: dict[str, float] | None = None, seed: int = 0,
+                     sigma: float = 0.5) -> dict:
     """A run measured under a service of ``slots`` x ``mean_s`` against the prediction made
     from its ``twin`` (the same method and seed at latency 0; finished or not, up to the run's
     last evaluation): whether it learned the same (its evaluations against the twin's at the
@@ -141,7 +149,8 @@ def measured_against(run: Run, twin: Run, slots: int, mean_s: float, target: flo
     twin_at = {step: q for _, q, step in twin.points}
     shared = [(q, twin_at[step]) for _, q, step in run.points if step in twin_at]
     last = run.points[-1][2] if run.points else 0
-    steps = [r for r in {r["step"]: r for r in run.records if isinstance(r.get("step"), int)}.values()
+    by_step = {r["step"]: r for r in run.records if isinstance(r.get("step"), int)}
+    steps = [r for r in by_step.values()
              if 0 < r["step"] <= last]  # a re-logged step counts once: its last record
     rng = random.Random(seed)
     modelled = [step_wait(turn_calls(r), slots, mean_s, rng, sigma) for r in steps]
@@ -154,11 +163,14 @@ def measured_against(run: Run, twin: Run, slots: int, mean_s: float, target: flo
     measured, step = time_to(run.points)
     return {"run": run.name, "step": last, "evals_compared": len(shared),
             "max_eval_difference": max((abs(a - b) for a, b in shared), default=None),
-            "wait_measured": statistics.mean(float(r.get("time/env") or 0.0) for r in steps) if steps else None,
+            "wait_measured": (statistics.mean(float(r.get("time/env") or 0.0) for r in steps)
+                              if steps else None),
             "wait_model": statistics.mean(modelled) if modelled else None,
             "step_to_target": step, "measured": measured,
-            "priced": time_to(queued_points(run, slots, None, rng, sigma, price))[0] if price else None,
-            "predicted": time_to(queued_points(twin_cut, slots, mean_s, random.Random(seed), sigma, price))[0]}
+            "priced": (time_to(queued_points(run, slots, None, rng, sigma, price))[0]
+                       if price else None),
+            "predicted": time_to(queued_points(twin_cut, slots, mean_s, random.Random(seed),
+                                               sigma, price))[0]}
 
 
 def same_seed_ratios(rows: list[dict], reference: str = "on_policy_larger",
@@ -168,5 +180,6 @@ def same_seed_ratios(rows: list[dict], reference: str = "on_policy_larger",
     clock (None where either did not reach it or the clock is not given)."""
     refs = {r["seed"]: r for r in rows if r["method"] == reference}
     return [{"pair": f"{r['run']} / {refs[r['seed']]['run']}",
-             **{c: r[c] / refs[r["seed"]][c] if r[c] and refs[r["seed"]][c] else None for c in clocks}}
+             **{c: r[c] / refs[r["seed"]][c] if r[c] and refs[r["seed"]][c] else None
+                for c in clocks}}
             for r in rows if r["method"] != reference and r["seed"] in refs]
