@@ -25,48 +25,49 @@ of every method, per latency setting:
   ``calibration_factor`` (from the machine's ``hard_world.py calibrate`` records) puts every
   run's seconds on the reference machine's clock before any time column is computed (time to
   target, ratios, area, the load check). The factor scales the compute, not the seconds spent
-  waiting on the environment (``time/env``: tool latency), which a faster machine does not shorten
-  (``pareto.rescaled``).
+  waiting on the environment (``time/env``: tool latency), which a faster machine does not
+  shorten (``pareto.rescaled``).
 
-Pure functions of the records; ``report`` writes ``hard_world.md`` and ``hard_world.csv``.
+Pure functions of the records; ``hard_world_report.report`` writes them as ``hard_world.md`` and
+``hard_world.csv``.
 """
 
 from __future__ import annotations
 
 import random
 import statistics
-from pathlib import Path
 
 from agentsearch.analysis.pareto import MACHINE_FREE
-from agentsearch.analysis.runs import MethodCurve, Run, cell, write_csv
-from agentsearch.analysis.tool_queue import priced_by_work
+from agentsearch.analysis.runs import MethodCurve, Run
 from agentsearch.trainer.metrics import CLOCK
 
-__all__ = ["pilot_rule", "bootstrap_ci", "costs_to", "area_under", "method_table", "pace", "active_spans",
-           "calibration_factor", "finals_table", "work_model", "report", "MECHANISM", "SLOWED", "WORK",
-           "REFERENCE_S_PER_STEP", "MACHINE_FILE"]
+__all__ = ["pilot_rule", "bootstrap_ci", "costs_to", "area_under", "method_table", "pace",
+           "active_spans", "calibration_factor", "finals_table", "work_model", "MECHANISM",
+           "SLOWED", "WORK", "REFERENCE_S_PER_STEP", "MACHINE_FILE"]
 
 MECHANISM = {"zero_var": "groups/zero_variance_frac", "abs_adv": "groups/abs_advantage_mean",
-             "accept": "replay/accept_rate", "entropy": "rollout/entropy", "regen_rounds": "dynamic/rounds",
-             "skipped": "sampler/skipped", "replayed_rows": "replay/success_rows", "replayed": "replay/accepted",
+             "accept": "replay/accept_rate", "entropy": "rollout/entropy",
+             "regen_rounds": "dynamic/rounds", "skipped": "sampler/skipped",
+             "replayed_rows": "replay/success_rows", "replayed": "replay/accepted",
              "scanned": "replay/scan_depth", "age": "replay/age_mean"}
 """Per-step metrics averaged over a run (name -> metrics.jsonl key); absent keys stay empty."""
 SLOWED = 1.2
-"""A run whose compute seconds exceed what its work predicts (``work_model``) by more than this is
-flagged; without a model (too few runs), its seconds per step against its method's median."""
+"""A run whose compute seconds exceed what its work predicts (``work_model``) by more than this
+is flagged; without a model (too few runs), its seconds per step against its method's median."""
 WORK = ("tokens/generated", "tokens/scored", "tokens/trained")
-"""The per-step work ``work_model`` prices (with a constant per step): tokens sampled (regeneration
-included), tokens run through the model without a gradient (old and reference log-probs, the
-replay scan's drift scores) and tokens trained on."""
+"""The per-step work ``work_model`` prices (with a constant per step): tokens sampled
+(regeneration included), tokens run through the model without a gradient (old and reference
+log-probs, the replay scan's drift scores) and tokens trained on."""
 REFERENCE_S_PER_STEP = 6.64
 """Seconds per step of the calibration workload on the reference machine: the first 12 steps of
 the archived on_policy-s1 (2026-12-02, before 15:00 UTC; its seed and settings are the
 workload's, paired with another run as the calibration is)."""
 MACHINE_FILE = "machine.json"
-"""In a run folder, optional: ``{"calibration_unix": U, "why": ...}``, the calibration made on the
-machine the run trained on, for runs without ``clock/unix_seconds`` stamps to place them."""
+"""In a run folder, optional: ``{"calibration_unix": U, "why": ...}``, the calibration made on
+the machine the run trained on, for runs without ``clock/unix_seconds`` stamps to place them."""
 GAP = 900.0
-"""Seconds without a record that end an active span (a stopped session; an evaluation takes ~3 min)."""
+"""Seconds without a record that end an active span (a stopped session; an evaluation takes
+~3 min)."""
 
 
 def pilot_rule(points: list[tuple[float, float, int]], budget: int) -> dict:
@@ -79,11 +80,12 @@ def pilot_rule(points: list[tuple[float, float, int]], budget: int) -> dict:
     if not upto or not early or max(p[2] for p in points) < budget:
         return {"budget": budget, "accepted": None, "why": "the curve does not reach this budget"}
     final, best_early = upto[-1][1], max(early)
-    return {"budget": budget, "final": final, "best_early": best_early, "ratio": best_early / final if final else None,
-            "accepted": best_early < 0.9 * final}
+    return {"budget": budget, "final": final, "best_early": best_early,
+            "ratio": best_early / final if final else None, "accepted": best_early < 0.9 * final}
 
 
-def bootstrap_ci(xs: list[float], n_boot: int = 10_000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+def bootstrap_ci(xs: list[float], n_boot: int = 10_000, seed: int = 0,
+                 level: float = 0.95) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean of ``xs`` (resampling with replacement)."""
     if not xs:
         raise ValueError("bootstrap_ci needs at least one value")
@@ -96,13 +98,16 @@ def bootstrap_ci(xs: list[float], n_boot: int = 10_000, seed: int = 0, level: fl
 
 def costs_to(run: Run, target: float) -> dict:
     """Seconds, step, episodes and tool calls up to the first evaluation scoring >= ``target``
-    (all None when none does). Episodes and tool calls add the per-step records up to that step."""
+    (all None when none does). Episodes and tool calls add the per-step records up to that
+    step."""
     hit = next((p for p in run.points if p[1] >= target - 1e-12), None)
     if hit is None:
         return {"seconds": None, "step": None, "episodes": None, "tool_calls": None}
-    steps = {r["step"]: r for r in run.records if isinstance(r.get("step"), int)}  # a re-logged step: its last record
+    # a re-logged step: its last record
+    steps = {r["step"]: r for r in run.records if isinstance(r.get("step"), int)}
     upto = [r for s, r in steps.items() if 0 < s <= hit[2]]
-    return {"seconds": hit[0], "step": hit[2], "episodes": sum(float(r.get("rollout/episodes", 0)) for r in upto),
+    return {"seconds": hit[0], "step": hit[2],
+            "episodes": sum(float(r.get("rollout/episodes", 0)) for r in upto),
             "tool_calls": sum(float(r.get("rollout/tool_calls", 0)) for r in upto)}
 
 
@@ -148,7 +153,8 @@ def method_table(result: dict, hops: tuple[int, ...] = (1, 2, 3, 4)) -> list[dic
         lo, hi = bootstrap_ci(finals)
         costs = [costs_to(r, target) for r in runs] if target is not None else []
         reached = [c for c in costs if c["seconds"] is not None]
-        row = {"method": m.label, "seeds": len(runs), "final_mean": mean, "final_std": std, "ci_lo": lo, "ci_hi": hi,
+        row = {"method": m.label, "seeds": len(runs), "final_mean": mean, "final_std": std,
+               "ci_lo": lo, "ci_hi": hi,
                "train_s_mean": statistics.fmean(r.train_seconds for r in runs),
                "reached": f"{len(reached)}/{len(runs)}",
                "time_to_target": _mean([c["seconds"] for c in reached]),
@@ -160,7 +166,8 @@ def method_table(result: dict, hops: tuple[int, ...] = (1, 2, 3, 4)) -> list[dic
             row[name] = _mean([_mean_metric(r, key) for r in runs])
         for k in hops:
             key = f"eval/chain{k}/mean_at_n"
-            row[f"final_k{k}"] = _mean([next((rec[key] for rec in reversed(r.records) if key in rec), None)
+            row[f"final_k{k}"] = _mean([next((rec[key] for rec in reversed(r.records)
+                                              if key in rec), None)
                                         for r in runs])
         rows.append(row)
     return rows
@@ -183,7 +190,8 @@ def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> floa
     return sum(max(0.0, min(x1, y1) - max(x0, y0)) for x0, x1 in a for y0, y1 in b)
 
 
-def calibration_factor(records: list[dict], calibrations: list[dict], pinned: float | None = None) -> float | None:
+def calibration_factor(records: list[dict], calibrations: list[dict],
+                       pinned: float | None = None) -> float | None:
     """``REFERENCE_S_PER_STEP`` over the seconds per step of the last calibration made before
     the run's first stamped record (None: no stamps, or no calibration before them): a run's
     seconds times this are seconds on the reference machine. ``pinned``: the ``unix`` of the
@@ -196,7 +204,8 @@ def calibration_factor(records: list[dict], calibrations: list[dict], pinned: fl
         return REFERENCE_S_PER_STEP / match[0]["s_per_step"]
     spans = active_spans(records)
     before = [c for c in calibrations if spans and c["unix"] <= spans[0][0]]
-    return REFERENCE_S_PER_STEP / max(before, key=lambda c: c["unix"])["s_per_step"] if before else None
+    return (REFERENCE_S_PER_STEP / max(before, key=lambda c: c["unix"])["s_per_step"]
+            if before else None)
 
 
 def _usable(result: dict) -> list[Run]:
@@ -207,7 +216,8 @@ def _work(run: Run) -> tuple[list[float], float, float]:
     """``WORK`` summed over steps 1..the last evaluation's, the step count and the compute
     seconds (training seconds less those of ``MACHINE_FREE``: waiting on tools)."""
     last = run.points[-1][2]
-    steps = {r["step"]: r for r in run.records if isinstance(r.get("step"), int) and 0 < r["step"] <= last}
+    steps = {r["step"]: r for r in run.records
+             if isinstance(r.get("step"), int) and 0 < r["step"] <= last}
     sums = [sum(float(r.get(k) or 0.0) for r in steps.values()) for k in WORK]
     waited = sum(float(r.get(k) or 0.0) for r in steps.values() for k in MACHINE_FREE)
     return sums + [float(len(steps))], run.train_seconds - waited, waited
@@ -276,116 +286,41 @@ def pace(result: dict) -> list[dict]:
         for r in timed:
             sps = per_step[r.name]
             ratio = sps / median if median else None
-            row = {"run": r.name, "method": m.label, "s_per_step": sps, "factor": factors.get(r.name),
-                   "expected_s_per_step": None, "work_ratio": None, "method_median": median, "ratio": ratio,
+            row = {"run": r.name, "method": m.label, "s_per_step": sps,
+                   "factor": factors.get(r.name), "expected_s_per_step": None,
+                   "work_ratio": None, "method_median": median, "ratio": ratio,
                    "slowed": len(per_step) > 1 and ratio is not None and ratio > SLOWED}
             if model and r.name in model["expected"]:
                 (*_, n), compute, waited = _work(r)
                 row["expected_s_per_step"] = (model["expected"][r.name] + waited) / n
-                row["work_ratio"] = compute / model["expected"][r.name] if model["expected"][r.name] > 0 else None
+                row["work_ratio"] = (compute / model["expected"][r.name]
+                                     if model["expected"][r.name] > 0 else None)
                 row["slowed"] = row["work_ratio"] is not None and row["work_ratio"] > SLOWED
             shared = {o: _overlap(spans[r.name], spans[o]) for o in spans if o != r.name}
-            row["shared_with"] = "; ".join(f"{o} ({s:.0f} s)" for o, s in sorted(shared.items()) if s > 0)
+            row["shared_with"] = "; ".join(f"{o} ({s:.0f} s)" for o, s in sorted(shared.items())
+                                           if s > 0)
             rows.append(row)
     return rows
 
 
 def finals_table(methods: list[MethodCurve], evals: dict[str, dict]) -> list[dict]:
-    """One row per method of the final models' own evaluations (``hard_world.py finals``; by run
-    name), means over its runs: pass@1/4/8 on the dev slice (8 samples at temperature 1), greedy
-    dev score (``diagnose``'s natural strategy), greedy score on the never-used world, and per-hop
-    success of the greedy episodes (hop j done given hop j-1 was, pooled over k)."""
+    """One row per method of the final models' own evaluations (``hard_world.py finals``; by
+    run name), means over its runs: pass@1/4/8 on the dev slice (8 samples at temperature 1),
+    greedy dev score (``diagnose``'s natural strategy), greedy score on the never-used world, and
+    per-hop success of the greedy episodes (hop j done given hop j-1 was, pooled over k)."""
     rows = []
     for m in methods:
         evs = [evals[r.name] for r in m.usable if r.name in evals]
         if not evs:
             continue
         row = {"method": m.label, "runs": len(evs)}
-        row.update({k: _mean([e["dev_n8"].get(k) for e in evs]) for k in ("pass_at_1", "pass_at_4", "pass_at_8")})
+        row.update({k: _mean([e["dev_n8"].get(k) for e in evs])
+                    for k in ("pass_at_1", "pass_at_4", "pass_at_8")})
         row["greedy"] = _mean([e["diagnose"]["table"]["natural"].get("all") for e in evs])
         row["unseen_world"] = _mean([e["unseen_world"]["mean_at_n"] for e in evs])
         for j in (2, 3, 4):
-            row[f"hop{j}"] = _mean([h.get(f"hop{j}") for e in evs for h in e["diagnose"].get("hops", {}).values()])
+            row[f"hop{j}"] = _mean([h.get(f"hop{j}") for e in evs
+                                    for h in e["diagnose"].get("hops", {}).values()])
         rows.append(row)
     return rows
-
-
-def report(result: dict, out: Path, title: str = "", evals: dict[str, dict] | None = None) -> list[Path]:
-    """``hard_world.md`` (the tables), ``hard_world.csv``, ``pace.csv`` and the CSVs beside them
-    (``finals``, ``priced``, ``replay_runs``: the replay table run by run) into ``out``; returns
-    the paths. Seconds are on the clock the result was analysed with (``time_scale``: analyse
-    with ``calibration_factor`` to put runs from different machines on the reference's)."""
-    rows = method_table(result)
-    out.mkdir(parents=True, exist_ok=True)
-    tgt = result.get("target") or {}
-    lines = [f"### {title}" if title else "", "",
-             f"Target {cell(tgt.get('score'))} ({tgt.get('reason', 'none')}); horizon for the area "
-             f"{cell(tgt.get('baseline_train_seconds'), '.0f')} s.", "",
-             "| method | seeds | final dev EM (mean ± std) | 95% CI | train s | reached | time to target (s) | "
-             "share of ref. training time | episodes to target | tool calls to target | time-avg EM | k=1 | k=2 | k=3 | k=4 | "
-             "zero-var share | mean abs A |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['method']} | {r['seeds']} | {cell(r['final_mean'], '.3f')} ± {cell(r['final_std'], '.3f')} | "
-                     f"[{cell(r['ci_lo'], '.3f')}, {cell(r['ci_hi'], '.3f')}] | {cell(r['train_s_mean'], '.0f')} | "
-                     f"{r['reached']} | {cell(r['time_to_target'], '.0f', 'never')} | {cell(r['ratio'], '.2f', '-')} | "
-                     f"{cell(r['episodes_to_target'], '.0f', '-')} | {cell(r['tool_calls_to_target'], '.0f', '-')} | "
-                     f"{cell(r['auc'], '.3f')} | " + " | ".join(cell(r[f'final_k{k}'], '.3f') for k in (1, 2, 3, 4))
-                     + f" | {cell(r['zero_var'], '.2f')} | {cell(r['abs_adv'], '.3f')} |")
-    replay = [r for r in rows if r["scanned"]]  # on-policy runs log zeros
-    if replay:
-        lines += ["", "Replay: per-step means over each run, then over seeds (accept rate: accepted over scanned "
-                  "groups; the τ / k_rep sweep's arms are named for what they change).", "",
-                  "| method | seeds | accept rate | scanned / step | replayed / step | age of replayed (steps) | "
-                  "final | share of ref. training time |", "|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['method']} | {r['seeds']} | {cell(r['accept'], '.3f')} | {cell(r['scanned'], '.2f')} | "
-                  f"{cell(r['replayed'], '.2f')} | {cell(r['age'], '.1f')} | {cell(r['final_mean'], '.3f')} | "
-                  f"{cell(r['ratio'], '.2f', '-')} |" for r in replay]
-    per_run = [{"run": r.name, "method": m.label, "seed": r.seed, "final": r.final,
-                "step_to_target": costs_to(r, tgt["score"])["step"] if tgt.get("score") is not None else None,
-                **{k: _mean_metric(r, MECHANISM[k]) for k in ("accept", "scanned", "replayed", "age")}}
-               for m in result["_methods"] for r in m.usable]
-    per_run = [r for r in per_run if r["scanned"]]  # as the replay table: on-policy runs log zeros
-    finals = finals_table(result["_methods"], evals or {})
-    if finals:
-        lines += ["", "Final models (`hard_world.py finals`): pass@k of 8 samples at temperature 1 and greedy on the "
-                  "dev slice, greedy on a world never used in development, per-hop success of the greedy episodes.",
-                  "", "| method | runs | pass@1 | pass@4 | pass@8 | greedy | unseen world | hop 2 | hop 3 | hop 4 |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['method']} | {r['runs']} | " + " | ".join(cell(r[k], '.3f') for k in (
-            "pass_at_1", "pass_at_4", "pass_at_8", "greedy", "unseen_world", "hop2", "hop3", "hop4")) + " |"
-            for r in finals]
-    loads = pace(result)
-    model = work_model(_usable(result))
-    prices = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in model["price"].items()) if model else "none (too few runs)"
-    lines += ["", "Load check: seconds per training step (every time in these tables is scaled to the reference "
-              "machine by the run's factor where a calibration precedes the run) against what the run's work "
-              f"predicts (a non-negative least-squares price per token and per step over this suite's runs: {prices}; work "
-              "ratio: compute seconds over predicted) and against the method's median over seeds (slowed: work "
-              f"ratio above {SLOWED}; rerun), and the runs it shared the machine with.", "",
-              "| run | s/step | factor | work predicts | work ratio | method median | ratio | slowed | "
-              "shared the machine with |", "|---|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['run']} | {r['s_per_step']:.2f} | {cell(r['factor'], '.3f')} | "
-              f"{cell(r['expected_s_per_step'], '.2f')} | {cell(r['work_ratio'], '.2f')} | {r['method_median']:.2f} | "
-              f"{cell(r['ratio'], '.2f')} | {'yes' if r['slowed'] else ''} | {r['shared_with'] or '-'} |"
-              for r in loads]
-    priced = priced_by_work(result, model)
-    if priced:
-        lines += ["", "Priced by work, predicted: the same runs on a clock no machine's speed or load enters (a "
-                  "fitted model, not a measurement), each step's compute at the load check's prices and its tool "
-                  "wait as measured (share: of on_policy_larger's mean training time, as above; speed-up: over "
-                  "on_policy_larger's own mean time to the target; same seeds: the mean of each run's time over "
-                  "on_policy_larger's run of its seed).", "",
-                  "| method | seeds | reached | time to target (s) | share | speed-up | same seeds | "
-                  "train s |", "|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['method']} | {r['seeds']} | {r['reached']} | {cell(r['time_to_target'], '.0f', 'never')} | "
-                  f"{cell(r['ratio'], '.2f', '-')} | {cell(r['to_reference'], '.2f', '-')} | {cell(r['same_seed'], '.2f', '-')} | "
-                  f"{r['train_seconds']:.0f} |"
-                  for r in priced]
-    md = out / "hard_world.md"
-    md.write_text("\n".join(lines) + "\n")
-    csv = write_csv(out / "hard_world.csv", rows)
-    return [md, csv, write_csv(out / "pace.csv", loads)] + ([write_csv(out / "finals.csv", finals)] if finals else []) \
-        + ([write_csv(out / "priced.csv", priced)] if priced else []) \
-        + ([write_csv(out / "replay_runs.csv", per_run)] if per_run else [])  # the replay table, run by run
 

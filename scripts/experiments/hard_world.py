@@ -43,7 +43,7 @@ dev slice (pass@1/4/8), greedily on a chain world never used in development (wor
 per-hop success of its own episodes); written to ``RUN/final_evals.json`` (a run that has it
 is skipped).
 
-``report``: per suite folder, ``analysis.hard_world.report`` plus the final evals, into
+``report``: per suite folder, ``analysis.hard_world_report.report`` plus the final evals, into
 ``SUITE/analysis/``; one JSON line per suite. Only finished runs (with ``final_evals.json``) count.
 
 ``predict SUITE --concurrency K --mean M``: the suite's finished runs with each step's tool
@@ -316,7 +316,7 @@ def report(a) -> int:
     """Per suite: the pre-registered target (90% of on_policy_larger's final, ratios to its
     wall-clock) with pareto's outputs and the hard-world table; and the HDR paper's own test,
     the time to 100% of on_policy_larger's final."""
-    from agentsearch.analysis.hard_world import report as write_report
+    from agentsearch.analysis.hard_world_report import report as write_report
     from agentsearch.analysis.pareto import analyse as analyse_on
     from agentsearch.analysis.pareto import write_outputs
 
