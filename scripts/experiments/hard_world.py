@@ -1,8 +1,11 @@
-"""The hard world's experiments (docs/results/hard_world.md): pilot, comparison, final evals, report.
+"""The hard world's experiments (docs/results/hard_world.md): pilot, comparison, final evals,
+report.
 
     python scripts/experiments/hard_world.py pilot                      # -> runs/hard_world/pilot
-    python scripts/experiments/hard_world.py pilot --name pilot2 --lrs 3e-4 1e-4 --eval-n 4 --eval-temperature 1
-    python scripts/experiments/hard_world.py pilot --out runs/hard_world/worlds model=tiny-chain-base-worlds
+    python scripts/experiments/hard_world.py pilot --name pilot2 --lrs 3e-4 1e-4 \\
+        --eval-n 4 --eval-temperature 1
+    python scripts/experiments/hard_world.py pilot --out runs/hard_world/worlds \\
+        model=tiny-chain-base-worlds
     python scripts/experiments/hard_world.py compare --steps 200 --lr 3e-4 --latency lognormal:0.2
     python scripts/experiments/hard_world.py finals runs/hard_world/lat-0.2
     python scripts/experiments/hard_world.py report runs/hard_world/lat-0.2 [more suite folders]
@@ -61,9 +64,10 @@ repository. ``archive SUITE...`` copies every finished, final-evaluated run's ``
 (no weights), and the machine calibrations into ``runs/calibration/``; ``restore`` puts them
 back under ``--out`` (marked ``archived.json``): the suite skips them, the report reads them.
 
-Records: ``pilot``, ``compare`` and ``calibrate`` refuse a tree with uncommitted changes (``--allow-dirty``,
-development only: records not citable); each run is stamped (``provenance.json``) and archived with it.
-Every command is resumable: rerun it and finished runs are skipped.
+Records: ``pilot``, ``compare`` and ``calibrate`` refuse a tree with uncommitted changes
+(``--allow-dirty``, development only: records not citable); each run is stamped
+(``provenance.json``) and archived with it. Every command is resumable: rerun it and finished
+runs are skipped.
 """
 
 from __future__ import annotations
@@ -71,17 +75,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from functools import cache, partial
 from pathlib import Path
 
-from suite_archive import (  # this script's folder is on sys.path
+from suite_analysis import predict, report  # this script's folder is on sys.path
+from suite_archive import (
     archive,
     archive_run,
     copy_calibrations,
     restore,
 )
 
-from agentsearch.analysis.archive import reference_clock
 from agentsearch.analysis.provenance import ALLOW_DIRTY_HELP, require_clean, stamp_run
 from agentsearch.analysis.provenance import stamp as provenance
 from agentsearch.recipes.runner import (
@@ -109,8 +112,9 @@ def pilot(a) -> int:
     if not a.verdict_only:
         require_clean("hard_world pilot", a.allow_dirty)
     runs = {lr: out / f"on_policy-lr{lr}" for lr in a.lrs}
-    common = ["replay.kind=none", f"steps={PILOT_STEPS}", "eval.every=20", "seed=0", "threads=1", "tensorboard=false",
-              f"eval.n={a.eval_n}", f"eval.temperature={a.eval_temperature}", *a.overrides]
+    common = ["replay.kind=none", f"steps={PILOT_STEPS}", "eval.every=20", "seed=0", "threads=1",
+              "tensorboard=false", f"eval.n={a.eval_n}", f"eval.temperature={a.eval_temperature}",
+              *a.overrides]
     if not a.verdict_only:
         def train(lr: str) -> bool:
             stamp_run(runs[lr])
@@ -125,7 +129,8 @@ def pilot(a) -> int:
     (out / "pilot.json").write_text(json.dumps(verdict, indent=1))
     metric = "greedy" if a.eval_n == 1 else f"Mean@{a.eval_n}, temperature {a.eval_temperature}"
     _plot_pilot(verdict, out / "pilot.png", metric)
-    print(json.dumps({lr: {b: v["rule"][b].get("accepted") for b in BUDGETS} for lr, v in verdict.items()}))
+    print(json.dumps({lr: {b: v["rule"][b].get("accepted") for b in BUDGETS}
+                      for lr, v in verdict.items()}))
     return 0
 
 
@@ -158,11 +163,13 @@ def compare(a) -> int:
     import replay_suite as suite  # this script's own folder is first on sys.path
 
     def specs(methods: str, seeds: list[int]):
-        ns = argparse.Namespace(out=str(out), seeds=seeds, methods=methods, steps=a.steps, parallel=a.parallel,
-                                threads_per_run=1, preset=PRESET, latency=a.latency, search_r1=False, port=0,
+        concurrency = [f"tool_latency.concurrency={a.concurrency}"] if a.concurrency else []
+        ns = argparse.Namespace(out=str(out), seeds=seeds, methods=methods, steps=a.steps,
+                                parallel=a.parallel, threads_per_run=1, preset=PRESET,
+                                latency=a.latency, search_r1=False, port=0,
                                 metric="eval/mean_at_n", dry_run=False,
                                 overrides=[f"lr={a.lr}", "eval.every=20", *a.overrides,
-                                           *([f"tool_latency.concurrency={a.concurrency}"] if a.concurrency else [])])
+                                           *concurrency])
         return suite.resolve(ns)
 
     prov = require_clean("hard_world compare", a.allow_dirty)
@@ -174,12 +181,14 @@ def compare(a) -> int:
         calibrate(argparse.Namespace(out=a.out, steps=CALIBRATION_STEPS))
         copy_calibrations(out.parent / "calibration", Path(a.to) / "calibration")
     listed = json.loads((out / "suite.json").read_text()) if (out / "suite.json").exists() else {}
-    command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])  # a suite grows (e.g. the sweep's arms): merged
+    # a suite grows (e.g. the sweep's arms): merged
+    command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
     (out / "suite.json").write_text(json.dumps({
         "commands": list(dict.fromkeys([*listed.get("commands", []), command])), "budget": budget,
         "invocations": [*listed.get("invocations", []), {"command": command, "provenance": prov}],
         "runs": {**listed.get("runs", {}),
-                 **{s.name: ["agentsearch", "train", "--preset", s.preset, "--out", str(s.run), *s.overrides]
+                 **{s.name: ["agentsearch", "train", "--preset", s.preset, "--out", str(s.run),
+                             *s.overrides]
                     for s in runs}}}, indent=1))
 
     def job(spec) -> str:
@@ -193,12 +202,13 @@ def compare(a) -> int:
         if not (spec.run / "final_evals.json").exists():
             _final_evals(spec.run)
         archive_run(spec.run, Path(a.to))
-        print(f"[hard_world] {spec.name}: {'trained' if trained else 'finished before'}, evaluated, archived",
-              file=sys.stderr, flush=True)
+        print(f"[hard_world] {spec.name}: {'trained' if trained else 'finished before'}, "
+              "evaluated, archived", file=sys.stderr, flush=True)
         return "done"
 
     results = run_parallel(job, runs, a.parallel)
-    failed = [f"{s.name}: {str(r).splitlines()[0]}" for s, r in zip(runs, results) if isinstance(r, BaseException)]
+    failed = [f"{s.name}: {str(r).splitlines()[0]}" for s, r in zip(runs, results)
+              if isinstance(r, BaseException)]
     held = [s.name for s, r in zip(runs, results) if r == "held"]
     print(json.dumps({"suite": str(out), "runs": len(runs), "held": held, "failed": failed}))
     return 1 if failed else 0
@@ -219,13 +229,16 @@ def calibrate(a) -> int:
     cal = Path(a.out) / "calibration"
     stamp = int(time.time())
     runs = [cal / f"run-{stamp}" / x for x in ("a", "b")]
-    over = ["seed=1", "replay.kind=none", "lr=3e-4", f"steps={a.steps}", "eval.every=0", "eval.limit=8",
-            "eval.n=1", "threads=1", "tensorboard=false", "checkpoint_every=100000"]
+    over = ["seed=1", "replay.kind=none", "lr=3e-4", f"steps={a.steps}", "eval.every=0",
+            "eval.limit=8", "eval.n=1", "threads=1", "tensorboard=false",
+            "checkpoint_every=100000"]
     results = run_parallel(lambda r: train_run(r, PRESET, over, threads=1), runs, 2)
     if any(isinstance(r, BaseException) for r in results):
         raise RuntimeError(f"calibration failed: {results}")
-    steps = [[x for x in read_metrics(r) if x.get("step", 0) > 0 and "time/step" in x] for r in runs]
-    res = {"unix": stamp, "steps": a.steps, "s_per_step": statistics.fmean(x["time/step"] for xs in steps for x in xs),
+    steps = [[x for x in read_metrics(r) if x.get("step", 0) > 0 and "time/step" in x]
+             for r in runs]
+    res = {"unix": stamp, "steps": a.steps,
+           "s_per_step": statistics.fmean(x["time/step"] for xs in steps for x in xs),
            "phases": {k: statistics.fmean(x[f"time/{k}"] for xs in steps for x in xs)
                       for k in ("generate", "logprobs", "update")},
            "tokens_per_step": statistics.fmean(x["tokens/generated"] for xs in steps for x in xs),
@@ -239,12 +252,15 @@ def calibrate(a) -> int:
 def _final_evals(run: Path) -> dict:
     log = run / "final_evals.log"
     dev = json.loads(agentsearch_cli("eval", "--run", str(run), "--n", "8", log=log))
-    unseen = json.loads(agentsearch_cli("eval", "--run", str(run), f"env_kwargs.world_seed={UNSEEN_WORLD}", log=log))
-    diag = json.loads(agentsearch_cli("diagnose", "--run", str(run), log=log).strip().splitlines()[-1])
+    unseen = json.loads(agentsearch_cli("eval", "--run", str(run),
+                                        f"env_kwargs.world_seed={UNSEEN_WORLD}", log=log))
+    diag = json.loads(agentsearch_cli("diagnose", "--run", str(run),
+                                      log=log).strip().splitlines()[-1])
     keep = ("pass_at_1", "pass_at_4", "pass_at_8", "mean_at_n")
     res = {"dev_n8": {k: dev.get(f"eval/{k}") for k in keep}, "diagnose": diag,
            "unseen_world": {"world_seed": UNSEEN_WORLD, "mean_at_n": unseen["eval/mean_at_n"],
-                            **{f"chain{k}": unseen.get(f"eval/chain{k}/mean_at_n") for k in (1, 2, 3, 4)}}}
+                            **{f"chain{k}": unseen.get(f"eval/chain{k}/mean_at_n")
+                               for k in (1, 2, 3, 4)}}}
     (run / "final_evals.json").write_text(json.dumps(res, indent=1))
     return res
 
@@ -259,94 +275,9 @@ def finals(a) -> int:
     return 1 if failed else 0
 
 
-def _finished_runs(suite: Path) -> tuple[list[Path], list[str]]:
-    """``archive.finished_runs``; the unfinished ones are named on stderr and left out."""
-    from agentsearch.analysis.archive import finished_runs
-
-    runs, unfinished = finished_runs(suite)
-    if unfinished:
-        print(f"[hard_world] {suite.name}: left out, not finished: {', '.join(unfinished)}", file=sys.stderr)
-    return runs, unfinished
-
-
-def predict(a) -> int:
-    """The suite's finished runs replayed under a search service of ``--concurrency`` slots and
-    ``--mean`` seconds a call (``analysis.tool_queue``): one JSON line of per-method times to
-    the target (90% of on_policy_larger's final) and ratios."""
-    from agentsearch.analysis.hard_world import work_model
-    from agentsearch.analysis.pareto import analyse
-    from agentsearch.analysis.tool_queue import predict as predict_on
-
-    @cache  # --priced-by the suite itself: analysed once
-    def loaded(suite: Path) -> list:
-        return analyse(_finished_runs(suite)[0], label_by="dir", time_scale=reference_clock(suite))["_runs"]
-
-    price = None
-    if a.priced_by:  # one price list, fitted over a suite's runs on the reference clock
-        model = work_model(loaded(Path(a.priced_by)))
-        if model is None:
-            raise SystemExit(f"predict: too few finished runs in {a.priced_by} to fit the work model")
-        price = model["price"]
-    out = predict_on(loaded(Path(a.suite)), a.concurrency, a.mean, seed=a.seed, price=price)
-    print(json.dumps({"suite": a.suite, "priced_by": a.priced_by, "price": price, **out}))
-    if a.measured:  # the prediction's test: the service's own runs, finished or not
-        _measured(Path(a.measured), loaded(Path(a.suite)), a, out["target"], price)
-    return 0
-
-
-def _measured(suite: Path, twins: list, a, target: float, price: dict | None) -> None:
-    """``--measured``: each of SUITE's runs against its twin (``tool_queue.measured_against``),
-    then per seed each method's time over on_policy_larger's on each clock; JSON lines on stdout
-    and in SUITE/analysis/measured.jsonl."""
-    from agentsearch.analysis.pareto import analyse
-    from agentsearch.analysis.tool_queue import measured_against, same_seed_ratios
-
-    started = sorted(r for r in suite.iterdir() if (r / "metrics.jsonl").exists())
-    twin = {r.name: r for r in twins}
-    rows = [dict(measured_against(r, twin[r.name], a.concurrency, a.mean, target, price, a.seed), seed=r.seed,
-                 method=r.label) for r in analyse(started, label_by="dir", time_scale=reference_clock(suite))["_runs"]
-            if r.name in twin and r.points]
-    rows += same_seed_ratios(rows)
-    (suite / "analysis").mkdir(exist_ok=True)
-    (suite / "analysis" / "measured.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    print("".join(json.dumps(r) + "\n" for r in rows), end="")
-
-
-def report(a) -> int:
-    """Per suite: the pre-registered target (90% of on_policy_larger's final, ratios to its
-    wall-clock) with pareto's outputs and the hard-world table; and the HDR paper's own test,
-    the time to 100% of on_policy_larger's final."""
-    from agentsearch.analysis.hard_world_report import report as write_report
-    from agentsearch.analysis.pareto import analyse as analyse_on
-    from agentsearch.analysis.pareto import write_outputs
-
-    for suite in map(Path, a.suites):
-        runs, unfinished = _finished_runs(suite)
-        analyse = partial(analyse_on, label_by="dir", time_scale=reference_clock(suite))
-        full = analyse(runs)
-        base = next((m for m in full["methods"] if m["method"] == "on_policy_larger"), None)
-        if not full["ok"] or base is None or base["final_mean"] is None:
-            print(json.dumps({"suite": str(suite), "ok": False, "messages": full["messages"][-5:] +
-                              ([] if base else ["no on_policy_larger runs: no target"])}))
-            continue
-        result = analyse(runs, target_method="on_policy_larger", target_score=0.9 * base["final_mean"])
-        write_outputs(result, suite / "analysis" / "pareto.png")
-        evals = {r.name: json.loads((r / "final_evals.json").read_text()) for r in runs}
-        write_report(result, suite / "analysis", title=f"{suite.name}: target 90% of on_policy_larger's final",
-                     evals=evals)
-        write_report(full, suite / "analysis" / "paper_target",
-                     title=f"{suite.name}: target 100% of on_policy_larger's final (the HDR paper's test)")
-        (suite / "analysis" / "final_evals.json").write_text(json.dumps(evals, indent=1))
-        paper = {m["method"]: m["ratio_mean"] for m in full["methods"]}
-        print(json.dumps({"suite": str(suite), "ok": True, "unfinished": unfinished, "target": result["target"],
-                          "methods": {m["method"]: {"final": m["final_mean"], "ratio_to_90pct": m["ratio_mean"],
-                                                    "reached": m["reached"], "ratio_to_100pct": paper.get(m["method"])}
-                                      for m in result["methods"]}}))
-    return 0
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("pilot")
     p.add_argument("--out", default="runs/hard_world")
@@ -355,21 +286,27 @@ def main() -> int:
     p.add_argument("--eval-n", type=int, default=1)
     p.add_argument("--eval-temperature", type=float, default=0.0)
     p.add_argument("--parallel", type=int, default=2)
-    p.add_argument("--verdict-only", action="store_true", help="apply the rule to the runs as they are; train nothing")
+    p.add_argument("--verdict-only", action="store_true",
+                   help="apply the rule to the runs as they are; train nothing")
     p.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
-    p.add_argument("overrides", nargs="*", help="key=value for every pilot run (e.g. model=tiny-chain-base-worlds)")
+    p.add_argument("overrides", nargs="*",
+                   help="key=value for every pilot run (e.g. model=tiny-chain-base-worlds)")
     c = sub.add_parser("compare")
     c.add_argument("--out", default="runs/hard_world")
     c.add_argument("--steps", type=int, required=True, help="the budget the pilot chose")
     c.add_argument("--lr", required=True, help="the learning rate the pilot chose")
     c.add_argument("--latency", default="lognormal:0.2", help="KIND:MEAN_S, or none")
     c.add_argument("--concurrency", type=int, default=0,
-                   help="the search service's slots (tool_latency.concurrency; 0: unlimited); suite lat-<mean>-c<k>")
+                   help="the search service's slots (tool_latency.concurrency; 0: unlimited); "
+                        "suite lat-<mean>-c<k>")
     c.add_argument("--methods", default="hard")
-    c.add_argument("--key", default="hdr,on_policy_larger,dynamic_sampling", help="methods also run on seeds 3-4")
+    c.add_argument("--key", default="hdr,on_policy_larger,dynamic_sampling",
+                   help="methods also run on seeds 3-4")
     c.add_argument("--parallel", type=int, default=2)
-    c.add_argument("--to", default=str(ARCHIVE), help="the archive every finished run is copied into")
-    c.add_argument("--no-calibrate", dest="calibrate", action="store_false", help="skip the speed calibration")
+    c.add_argument("--to", default=str(ARCHIVE),
+                   help="the archive every finished run is copied into")
+    c.add_argument("--no-calibrate", dest="calibrate", action="store_false",
+                   help="skip the speed calibration")
     c.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
     c.add_argument("overrides", nargs="*")
     k = sub.add_parser("calibrate")
@@ -386,14 +323,16 @@ def main() -> int:
     q.add_argument("--concurrency", type=int, default=0, help="the service's slots (0: unlimited)")
     q.add_argument("--mean", type=float, required=True, help="mean seconds a search call takes")
     q.add_argument("--seed", type=int, default=0, help="seed of the latency draws")
-    q.add_argument("--priced-by", default=None, help="price compute by work, the prices fitted over this suite")
-    q.add_argument("--measured", default=None, help="a suite run under this service: its runs against the prediction")
+    q.add_argument("--priced-by", default=None,
+                   help="price compute by work, the prices fitted over this suite")
+    q.add_argument("--measured", default=None,
+                   help="a suite run under this service: its runs against the prediction")
     r = sub.add_parser("restore")
     r.add_argument("--source", default=str(ARCHIVE))
     r.add_argument("--out", default="runs/hard_world")
     a = ap.parse_args()
-    return {"pilot": pilot, "compare": compare, "calibrate": calibrate, "finals": finals, "report": report,
-            "archive": archive, "restore": restore, "predict": predict}[a.cmd](a)
+    return {"pilot": pilot, "compare": compare, "calibrate": calibrate, "finals": finals,
+            "report": report, "archive": archive, "restore": restore, "predict": predict}[a.cmd](a)
 
 
 if __name__ == "__main__":
