@@ -1,1 +1,2 @@
-"""Shared foundations that import nothing else of agentsearch: typed configs, registries, the cache, progress."""
+"""Shared foundations that import nothing else of agentsearch: typed configs, registries, the
+cache, progress."""

@@ -176,7 +176,8 @@ def to_dict(cfg) -> dict:
     out = {}
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
-        out[config_key(f.name)] = to_dict(value) if dataclasses.is_dataclass(value) else copy.deepcopy(value)
+        out[config_key(f.name)] = (to_dict(value) if dataclasses.is_dataclass(value)
+                                   else copy.deepcopy(value))
     return out
 
 
@@ -225,7 +226,8 @@ def load_preset(name_or_path: str, _seen: tuple[str, ...] = ()) -> dict:
     """A preset by name (``agentsearch/configs/NAME.yaml``) or a YAML file path. A preset with
     ``extends: OTHER`` is OTHER's settings with its own merged on top."""
     if name_or_path in _seen:
-        raise ConfigError(f"presets extend each other in a cycle: {' -> '.join((*_seen, name_or_path))}")
+        raise ConfigError("presets extend each other in a cycle: "
+                          f"{' -> '.join((*_seen, name_or_path))}")
     p = Path(name_or_path)
     found = p if p.suffix in (".yaml", ".yml") and p.exists() else next(
         (f for f in (d / f"{name_or_path}.yaml" for d in PRESET_DIRS) if f.exists()), None)
@@ -278,5 +280,6 @@ def reference(cls, prefix: str = "") -> list[tuple[str, str, str]]:
         if dataclasses.is_dataclass(value):
             rows += reference(type(value), prefix + config_key(f.name) + ".")
         else:
-            rows.append((prefix + config_key(f.name), json.dumps(value, default=str), docs.get(f.name, "")))
+            rows.append((prefix + config_key(f.name), json.dumps(value, default=str),
+                         docs.get(f.name, "")))
     return rows

@@ -40,7 +40,8 @@ class Progress:
         done_here = self.done - self._start
         left = el / done_here * (self.total - self.done) if done_here > 0 else float("nan")
         eta = f", ~{left:.0f} s left" if left == left else ""
-        return f"[{self.desc}] {self.done}/{self.total} ({el:.0f} s{eta})" + (f"  {info}" if info else "")
+        return (f"[{self.desc}] {self.done}/{self.total} ({el:.0f} s{eta})"
+                + (f"  {info}" if info else ""))
 
     def update(self, done: int, info: str = "", *, force: bool = False) -> None:
         """Set the units done and show ``info`` with them (``force``: a plain line now)."""

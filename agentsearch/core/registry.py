@@ -25,7 +25,8 @@ class Registry(Generic[T]):
         if name in self._builtin:
             raise ValueError(f"{name!r} is a built-in {self.what}; pick another name")
         if name in self._entries and not overwrite:
-            raise ValueError(f"{self.what} {name!r} is already registered; pass overwrite=True to replace it")
+            raise ValueError(f"{self.what} {name!r} is already registered; pass overwrite=True to "
+                             "replace it")
         self._entries[name] = entry
         if builtin:
             self._builtin.append(name)

@@ -61,10 +61,12 @@ class OutageTracker:
     def configure(self, *, budget_s: float, warn_every_s: float = 30.0, backoff_s: float = 0.5,
                   backoff_max_s: float = 10.0) -> None:
         if budget_s < 0 or warn_every_s <= 0 or backoff_s <= 0 or backoff_max_s < backoff_s:
-            raise ValueError("outage settings: budget_s >= 0, warn_every_s > 0, 0 < backoff_s <= backoff_max_s")
+            raise ValueError("outage settings: budget_s >= 0, warn_every_s > 0, 0 < backoff_s <= "
+                             "backoff_max_s")
         self.budget_s, self.warn_every_s = float(budget_s), float(warn_every_s)
         self.backoff_s, self.backoff_max_s = float(backoff_s), float(backoff_max_s)
-        self._transient_warned = None  # a (re)configured tracker (a new run) warns on its first error again
+        # a (re)configured tracker (a new run) warns on its first error again
+        self._transient_warned = None
 
     def outage_seconds(self) -> float:
         """Seconds spent in outages so far, the current one included."""
@@ -78,18 +80,21 @@ class OutageTracker:
         if self.since is None:
             self.since, self._warned = now, now
             log.warning("infrastructure error: %s failed (%s: %s); its episodes wait and retry, "
-                        "for up to %.0f s (reliability.outage_budget_s)", what, type(error).__name__,
-                        str(error)[:200], self.budget_s)
+                        "for up to %.0f s (reliability.outage_budget_s)", what,
+                        type(error).__name__, str(error)[:200], self.budget_s)
         lasted = now - self.since
         if lasted > self.budget_s:
-            raise OutageError(f"{what} has failed for {lasted:.0f} s, past reliability.outage_budget_s="
-                              f"{self.budget_s:g} (last: {type(error).__name__}: {str(error)[:200]}); "
-                              "the run stops here: start the service again and resume with --resume RUN_DIR")
-        delay = min(self.backoff_s * 2 ** min(attempt, 30), self.backoff_max_s) * (1 + 0.25 * self._rng.random())
+            raise OutageError(f"{what} has failed for {lasted:.0f} s, past "
+                              f"reliability.outage_budget_s={self.budget_s:g} (last: "
+                              f"{type(error).__name__}: {str(error)[:200]}); the run stops here: "
+                              "start the service again and resume with --resume RUN_DIR")
+        delay = (min(self.backoff_s * 2 ** min(attempt, 30), self.backoff_max_s)
+                 * (1 + 0.25 * self._rng.random()))
         if now - self._warned >= self.warn_every_s:
             self._warned = now
-            log.warning("infrastructure still failing: %s, for %.0f s (%d errors so far); next try in %.1f s, "
-                        "the run stops after %.0f s", what, lasted, self.errors, delay, self.budget_s)
+            log.warning("infrastructure still failing: %s, for %.0f s (%d errors so far); next try "
+                        "in %.1f s, the run stops after %.0f s", what, lasted, self.errors, delay,
+                        self.budget_s)
         return delay
 
     def transient(self, what: str, reason: str) -> None:
@@ -110,14 +115,16 @@ class OutageTracker:
             lasted = time.monotonic() - self.since
             self._closed_s += lasted
             self.since = None
-            log.warning("infrastructure recovered after %.1f s (%d infra errors so far)", lasted, self.errors)
+            log.warning("infrastructure recovered after %.1f s (%d infra errors so far)", lasted,
+                        self.errors)
 
 
 outages = OutageTracker()
 """The process's tracker: envs report to it; the trainer configures it and reads its counters."""
 
 
-async def call_until_up(call: Callable[[], Awaitable[Any]], what: str, counts: dict | None = None) -> Any:
+async def call_until_up(call: Callable[[], Awaitable[Any]], what: str,
+                        counts: dict | None = None) -> Any:
     """``await call()``; an ``InfraError`` is not an answer: wait (``outages``' backoff) and
     call again until it answers, or ``OutageError`` past the budget. ``counts["infra_errors"]``
     (if given) counts the errors waited out."""
