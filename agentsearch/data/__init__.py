@@ -32,7 +32,8 @@ def world_dir(seed: int = 0, entities: int | None = None, questions: str = "defa
         raise ValueError(f"world questions must be 'default' or 'chains', got {questions!r}")
     cfg = WorldConfig(seed=seed) if entities is None else WorldConfig(seed=seed, entities=entities)
     counts = f"q{cfg.n_train}-{cfg.n_dev}-{cfg.n_test}"
-    name = f"seed{cfg.seed}-n{cfg.entities}-{counts}" + ("" if questions == "default" else f"-{questions}")
+    name = (f"seed{cfg.seed}-n{cfg.entities}-{counts}"
+            + ("" if questions == "default" else f"-{questions}"))
     out = cache_dir() / "worlds" / name
     if (out / "world.json").exists():
         return out

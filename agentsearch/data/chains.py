@@ -43,9 +43,12 @@ HOP_RELATIONS = {
 }
 # the last hop: kind -> [(attribute, question about {x})]
 _ASK = {
-    "person": [("birth_year", "In what year was {x} born?"), ("occupation", "What is the occupation of {x}?"),
-               ("birthplace", "Where was {x} born?"), ("employer", "Which organisation employs {x}?")],
-    "org": [("founded_year", "In what year was {x} founded?"), ("headquarters", "Where is {x} headquartered?"),
+    "person": [("birth_year", "In what year was {x} born?"),
+               ("occupation", "What is the occupation of {x}?"),
+               ("birthplace", "Where was {x} born?"),
+               ("employer", "Which organisation employs {x}?")],
+    "org": [("founded_year", "In what year was {x} founded?"),
+            ("headquarters", "Where is {x} headquartered?"),
             ("founder", "Who founded {x}?"), ("industry", "What industry is {x} in?")],
     "place": [("country", "In which country is {x}?"), ("river", "Which river flows through {x}?"),
               ("founded_year", "In what year was {x} founded?")],
@@ -95,7 +98,8 @@ def chain_questions(world: World, rng: random.Random, n: int, hop_weights: dict[
     counts = {k: int(v) for k, v in exact.items()}
     for k in sorted(ks, key=lambda k: counts[k] - exact[k])[: n - sum(counts.values())]:
         counts[k] += 1
-    starts = [e for e in world.entities.values() if e.twin_of is None and e.kind in ("person", "org")]
+    starts = [e for e in world.entities.values()
+              if e.twin_of is None and e.kind in ("person", "org")]
     seen = set() if seen is None else seen
     out: list[dict] = []
     for k in ks:
@@ -103,8 +107,8 @@ def chain_questions(world: World, rng: random.Random, n: int, hop_weights: dict[
         while made < counts[k]:
             tries += 1
             if tries > 200 * counts[k] + 1000:
-                raise RuntimeError(f"only {made} of {counts[k]} distinct {k}-hop questions after {tries} "
-                                   "tries: use a larger world (entities)")
+                raise RuntimeError(f"only {made} of {counts[k]} distinct {k}-hop questions after "
+                                   f"{tries} tries: use a larger world (entities)")
             q = _chain(world, rng.choice(starts), k, rng)
             if q is None or q["question"] in seen:
                 continue
@@ -115,7 +119,8 @@ def chain_questions(world: World, rng: random.Random, n: int, hop_weights: dict[
     return out
 
 
-def write_chain_world(config: WorldConfig, out: str | Path, *, hop_weights: dict[int, float] | None = None,
+def write_chain_world(config: WorldConfig, out: str | Path, *,
+                      hop_weights: dict[int, float] | None = None,
                       n_per_hop_eval: int = 150) -> dict[str, Path]:
     """The world of ``config`` with chain questions (module notes): ``corpus.jsonl`` as
     ``write_world`` writes it, ``train.jsonl`` (``config.n_train`` questions by ``hop_weights``),
@@ -123,7 +128,8 @@ def write_chain_world(config: WorldConfig, out: str | Path, *, hop_weights: dict
     hop_weights = dict(hop_weights or TRAIN_HOPS)
     world = generate_world(config)
     out = Path(out)
-    paths = write_world(World(config, world.entities, world.articles, []), out)  # the corpus, same bytes
+    # the corpus, same bytes
+    paths = write_world(World(config, world.entities, world.articles, []), out)
     rng = random.Random(config.seed * 1_000_003 + 17)
     seen: set[str] = set()
     splits = {}

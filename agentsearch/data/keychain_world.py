@@ -25,10 +25,10 @@ from pathlib import Path
 __all__ = ["write_keychain_world", "keychain_dir", "KEYCHAIN_HOPS"]
 
 KEYCHAIN_HOPS = (1, 2, 3, 4, 5, 6)
-_COLOURS = ("amber", "azure", "crimson", "ivory", "jade", "ochre", "scarlet", "teal", "umber", "violet",
-            "cobalt", "saffron", "russet", "silver", "olive", "coral")
-_THINGS = ("fox", "lantern", "harbour", "falcon", "anchor", "meadow", "compass", "thistle", "beacon",
-           "willow", "quarry", "otter", "spindle", "glacier", "heron", "marble")
+_COLOURS = ("amber", "azure", "crimson", "ivory", "jade", "ochre", "scarlet", "teal", "umber",
+            "violet", "cobalt", "saffron", "russet", "silver", "olive", "coral")
+_THINGS = ("fox", "lantern", "harbour", "falcon", "anchor", "meadow", "compass", "thistle",
+           "beacon", "willow", "quarry", "otter", "spindle", "glacier", "heron", "marble")
 _LETTERS = "bcdfghjklmnpqrstvwxz"
 _VOWELS = "aeiou"
 
@@ -49,7 +49,8 @@ def _link(key: str, nxt: str | None, payload: str, rng: random.Random) -> str:
         text = rng.choice([f'Key {key} is the last of its chain. The payload is "{payload}".',
                            f'The chain ends at key {key}: the payload is "{payload}".'])
     else:
-        text = rng.choice([f'Key {key}: the next key is "{nxt}".', f'From key {key}, follow the chain to "{nxt}".',
+        text = rng.choice([f'Key {key}: the next key is "{nxt}".',
+                           f'From key {key}, follow the chain to "{nxt}".',
                            f'Key {key} points to "{nxt}".'])
     return f'"{key}"\n{text}'
 
@@ -71,8 +72,10 @@ def write_keychain_world(out: str | Path, *, seed: int = 0, hops: tuple[int, ...
                 ids = list(range(len(docs), len(docs) + k))  # positions now, ids once shuffled
                 for i, key in enumerate(keys):
                     docs.append(_link(key, keys[i + 1] if i + 1 < k else None, payload, rng))
-                question = rng.choice([f'Start at key "{keys[0]}" and follow its chain. What is the payload?',
-                                       f'Follow the chain that starts at key "{keys[0]}": what payload does it end in?'])
+                question = rng.choice([
+                    f'Start at key "{keys[0]}" and follow its chain. What is the payload?',
+                    f'Follow the chain that starts at key "{keys[0]}": what payload does it '
+                    'end in?'])
                 splits[split].append({"question": question, "golden_answers": [payload], "hops": k,
                                       "gold_doc_ids": ids, "type": f"keychain{k}"})
         rng.shuffle(splits[split])
@@ -95,7 +98,8 @@ def write_keychain_world(out: str | Path, *, seed: int = 0, hops: tuple[int, ...
                 f.write(json.dumps({"id": f"{split}-{i:05d}", **row}) + "\n")
     paths["world"] = out / "world.json"
     meta = {"kind": "keychain", "seed": seed, "hops": list(hops), "train_per_hop": train_per_hop,
-            "eval_per_hop": eval_per_hop, "documents": len(docs), "counts": {k: len(v) for k, v in splits.items()}}
+            "eval_per_hop": eval_per_hop, "documents": len(docs),
+            "counts": {k: len(v) for k, v in splits.items()}}
     paths["world"].write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
     return paths
 

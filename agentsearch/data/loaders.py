@@ -19,8 +19,8 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["load_questions", "question_from_prompt", "read_jsonl", "write_jsonl", "load_corpus", "wiki_corpus",
-           "split_contents", "math_problems"]
+__all__ = ["load_questions", "question_from_prompt", "read_jsonl", "write_jsonl", "load_corpus",
+           "wiki_corpus", "split_contents", "math_problems"]
 
 
 def read_jsonl(path: str | Path) -> Iterator[dict]:
@@ -118,7 +118,8 @@ def load_questions(path: str | Path, limit: int | None = None) -> list[dict]:
         try:
             import pyarrow.parquet as pq
         except ImportError as e:  # pragma: no cover - depends on install
-            raise ImportError("reading parquet needs pyarrow: pip install 'agentsearch[data]'") from e
+            raise ImportError("reading parquet needs pyarrow: "
+                              "pip install 'agentsearch[data]'") from e
         raw = pq.read_table(path).to_pylist()
     elif path.suffix == ".json":
         raw = json.loads(path.read_text())

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["ASSETS", "TOKENIZER_DIR", "TOKENIZER_DIRS", "tokenizer_dir", "CHAT_TEMPLATE", "BASE_DIR", "BASE_DIRS"]
+__all__ = ["ASSETS", "TOKENIZER_DIR", "TOKENIZER_DIRS", "tokenizer_dir", "CHAT_TEMPLATE",
+           "BASE_DIR", "BASE_DIRS"]
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 TOKENIZER_DIR = ASSETS / "tokenizer"
@@ -23,14 +24,16 @@ def tokenizer_dir(model: str) -> Path:
     ``tiny+worlds`` -> ``worlds``')."""
     name = model.partition("+")[2] or "world"
     if name not in TOKENIZER_DIRS:
-        raise ValueError(f"unknown tokenizer {name!r} in model name {model!r}; choose from {sorted(TOKENIZER_DIRS)}")
+        raise ValueError(f"unknown tokenizer {name!r} in model name {model!r}; choose from "
+                         f"{sorted(TOKENIZER_DIRS)}")
     return TOKENIZER_DIRS[name]
 CHAT_TEMPLATE = ASSETS / "chatml_tools.jinja"
 """The ChatML template that renders ``tools=`` (given to tokenizers that lack one)."""
 BASE_DIR = ASSETS / "tiny-base"
 """The shipped base model (``scripts/build_base.py`` writes it; ``models.load_base`` reads it)."""
 BASE_DIRS = {"tiny-base": BASE_DIR, "tiny-chain-base": ASSETS / "tiny-chain-base",
-             "tiny-chain-base-worlds": ASSETS / "tiny-chain-base-worlds", "tiny-math-base": ASSETS / "tiny-math-base"}
+             "tiny-chain-base-worlds": ASSETS / "tiny-chain-base-worlds",
+             "tiny-math-base": ASSETS / "tiny-math-base"}
 """Every shipped base by name: ``tiny-base`` (the demo world), ``tiny-chain-base`` (the hard
 world of k-hop chain questions), ``tiny-chain-base-worlds`` (the same, trained across worlds so
 that it copies names on worlds it never saw) and ``tiny-math-base`` (math word problems with a

@@ -122,7 +122,8 @@ class _Names:
         return f"{base} {self.rng.choice(_ORG_SUFFIX)}", base
 
     def place(self) -> str:
-        return self.unique(lambda: self.word(self.rng.randint(1, 2)) + self.rng.choice(_PLACE_SUFFIX))
+        return self.unique(lambda: self.word(self.rng.randint(1, 2))
+                           + self.rng.choice(_PLACE_SUFFIX))
 
     def twin(self, name: str) -> str:
         """A confusable variant: one letter changed, or a letter added, in one word."""
@@ -155,7 +156,8 @@ def _make_entities(cfg: WorldConfig, rng: random.Random) -> dict[str, Entity]:
                 "founded_year": rng.randint(900, 1750),
                 "population": rng.randrange(2_000, 900_000, 10)}
 
-    places = [Entity(f"place-{i:04d}", "place", names.place(), place_attrs()) for i in range(n_places)]
+    places = [Entity(f"place-{i:04d}", "place", names.place(), place_attrs())
+              for i in range(n_places)]
     people = [Entity(f"person-{i:04d}", "person", names.person(),
                      {"birth_year": rng.randint(1820, 1990),
                       "birthplace": rng.choice(places).id,
@@ -194,7 +196,8 @@ def _make_entities(cfg: WorldConfig, rng: random.Random) -> dict[str, Entity]:
             names.used.add(name.lower())
             ents[e.id + "-t"] = Entity(e.id + "-t", "org", name, attrs, e.id)
         else:
-            ents[e.id + "-t"] = Entity(e.id + "-t", "place", names.twin(e.name), place_attrs(), e.id)
+            ents[e.id + "-t"] = Entity(e.id + "-t", "place", names.twin(e.name), place_attrs(),
+                                       e.id)
     return ents
 
 
@@ -209,7 +212,8 @@ def _article(e: Entity, ents: dict[str, Entity], rng: random.Random) -> str:
         last = e.name.split(" ")[-1]
         first = rng.choice([
             f"{e.name} (born {a['birth_year']}) is {_a(a['occupation'])} from {n('birthplace')}.",
-            f"{e.name} is {_a(a['occupation'])} who was born in {n('birthplace')} in {a['birth_year']}.",
+            f"{e.name} is {_a(a['occupation'])} who was born in {n('birthplace')} in "
+            f"{a['birth_year']}.",
         ])
         work = rng.choice([f"{last} works for {n('employer')}.",
                            f"{last} is employed by {n('employer')}.",
@@ -218,8 +222,10 @@ def _article(e: Entity, ents: dict[str, Entity], rng: random.Random) -> str:
         body = " ".join([first, work, extra])
     elif e.kind == "org":
         first = rng.choice([
-            f"{e.name} is {_a(a['industry'])} firm founded in {a['founded_year']} by {n('founder')}.",
-            f"{e.name} was founded by {n('founder')} in {a['founded_year']} and works in {a['industry']}.",
+            f"{e.name} is {_a(a['industry'])} firm founded in {a['founded_year']} by "
+            f"{n('founder')}.",
+            f"{e.name} was founded by {n('founder')} in {a['founded_year']} and works in "
+            f"{a['industry']}.",
         ])
         hq = rng.choice([f"It is headquartered in {n('headquarters')}.",
                          f"Its headquarters are in {n('headquarters')}."])
@@ -238,7 +244,8 @@ def _article(e: Entity, ents: dict[str, Entity], rng: random.Random) -> str:
 _SINGLE = [
     ("person", ("birth_year",), ["In what year was {x} born?", "When was {x} born?"]),
     ("person", ("birthplace",), ["Where was {x} born?", "In which town was {x} born?"]),
-    ("person", ("occupation",), ["What is the occupation of {x}?", "What does {x} do for a living?"]),
+    ("person", ("occupation",),
+     ["What is the occupation of {x}?", "What does {x} do for a living?"]),
     ("person", ("employer",), ["Which organisation does {x} work for?", "Who employs {x}?"]),
     ("org", ("founded_year",), ["In what year was {x} founded?", "When was {x} founded?"]),
     ("org", ("headquarters",), ["Where is {x} headquartered?", "In which town is {x} based?"]),
@@ -342,7 +349,8 @@ def write_world(world: World, out: str | Path) -> dict[str, Path]:
     paths = {"corpus": out / "corpus.jsonl"}
     with open(paths["corpus"], "w", encoding="utf-8") as f:
         for eid in ids:
-            f.write(json.dumps({"id": eid, "contents": world.articles[eid]}, ensure_ascii=False) + "\n")
+            f.write(json.dumps({"id": eid, "contents": world.articles[eid]},
+                               ensure_ascii=False) + "\n")
     qs = world.questions
     n_test, n_dev = min(cfg.n_test, len(qs) // 5), min(cfg.n_dev, len(qs) // 5)
     splits = {"test": qs[:n_test], "dev": qs[n_test:n_test + n_dev], "train": qs[n_test + n_dev:]}
