@@ -73,8 +73,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import socket
-import subprocess
 import sys
 import time
 import warnings
@@ -85,7 +83,6 @@ from agentsearch.analysis.provenance import ALLOW_DIRTY_HELP, require_clean, sta
 from agentsearch.recipes.runner import (
     run_finished,
     run_parallel,
-    subprocess_env,
     train_command,
     train_run,
 )
@@ -93,14 +90,17 @@ from agentsearch.recipes.runner import (
 warnings.filterwarnings("ignore", message="The pynvml package is deprecated")
 
 GSPO = ["loss=gspo", "clip_low=3e-4", "clip_high=4e-4"]
-REGENERATE_ROUNDS = 4  # dynamic_sampling: at most 4 more rollout rounds per step fill the batch with signal
+# dynamic_sampling: at most 4 more rollout rounds per step fill the batch with signal
+REGENERATE_ROUNDS = 4
 CISPO = ["loss=cispo"]
 REPLAY = ["on_policy", "on_policy_larger", "naive", "recency", "headroom_only", "drift_only", "hdr"]
-LOSSES = ["gspo_on_policy", "gspo_hdr", "cispo_on_policy", "cispo_hdr", "dapo_on_policy", "dapo_hdr"]
+LOSSES = ["gspo_on_policy", "gspo_hdr", "cispo_on_policy", "cispo_hdr", "dapo_on_policy",
+          "dapo_hdr"]
 ASYNC = ["hdr_streaming", "hdr_overlap", "hdr_oversample", "hdr_topup"]
 CHEAP = ["dynamic_sampling", "greso", "success_replay"]
 HARD = ["on_policy", "on_policy_larger", "naive", "headroom_only", "drift_only", "hdr", *CHEAP]
-SWEEP = {"hdr_tau1e-3": ["replay.tau=1e-3"], "hdr_tau1e-1": ["replay.tau=1e-1"],  # around hdr's 1e-2 and 4
+# around hdr's 1e-2 and 4
+SWEEP = {"hdr_tau1e-3": ["replay.tau=1e-3"], "hdr_tau1e-1": ["replay.tau=1e-1"],
          "hdr_k2": ["replay.k_rep=2"], "hdr_k8": ["replay.k_rep=8"]}
 SEARCH_R1 = {"search_r1_equivalent": "search-r1-equivalent", "full_stack": "full-stack",
              "full_stack_async": "full-stack"}
@@ -132,11 +132,13 @@ def method_overrides(method: str, b: int, budget: int) -> list[str]:
     table = {
         "on_policy": ["replay.kind=none"],
         "on_policy_larger": ["replay.kind=none", f"prompts_per_step={math.ceil(1.5 * b)}"],
-        **{k: [f"replay.kind={k}"] for k in ("naive", "recency", "headroom_only", "drift_only", "hdr")},
+        **{k: [f"replay.kind={k}"]
+           for k in ("naive", "recency", "headroom_only", "drift_only", "hdr")},
         "gspo_on_policy": ["replay.kind=none", *GSPO], "gspo_hdr": ["replay.kind=hdr", *GSPO],
         "cispo_on_policy": ["replay.kind=none", *CISPO], "cispo_hdr": ["replay.kind=hdr", *CISPO],
         "dapo_on_policy": ["replay.kind=none", *dapo], "dapo_hdr": ["replay.kind=hdr", *dapo],
-        "dynamic_sampling": ["replay.kind=none", "dynamic_sampling=true", f"regenerate_rounds={REGENERATE_ROUNDS}"],
+        "dynamic_sampling": ["replay.kind=none", "dynamic_sampling=true",
+                             f"regenerate_rounds={REGENERATE_ROUNDS}"],
         "greso": ["replay.kind=none", "prompt_skip=2"],
         "success_replay": ["replay.kind=success_only"],
         "hdr_streaming": ["replay.kind=hdr", "async.enabled=true"],
@@ -183,8 +185,8 @@ def resolve(a) -> tuple[list[Spec], dict]:
     except ConfigError as e:
         raise SystemExit(f"replay_suite: {e}") from None
     b, k = base.prompts_per_step, base.replay.k_rep
-    budget = {"steps": base.steps, "fresh_groups_per_step": b, "replay_k_rep": k, "group_size": base.group_size,
-              "latency": latency or "none"}
+    budget = {"steps": base.steps, "fresh_groups_per_step": b, "replay_k_rep": k,
+              "group_size": base.group_size, "latency": latency or "none"}
     if not a.search_r1:
         budget.update(on_policy_larger_fresh_groups=math.ceil(1.5 * b),
                       dapo_overlong_buffer=max(1, round(0.2 * base.response_budget)))
@@ -204,54 +206,6 @@ def resolve(a) -> tuple[list[Spec], dict]:
         except ConfigError as e:
             raise SystemExit(f"replay_suite: {s.name}: {e}") from None
     return specs, budget
-
-
-# ------------------------------------------------------------------ the retrieval server
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(out: Path, world_seed: int, port: int) -> tuple[subprocess.Popen, str]:
-    """Build (or find) the world's Pyserini index and serve it on 127.0.0.1:PORT."""
-    env = {**subprocess_env(1), "AGENTSEARCH_JAVA_THREADS": "1"}
-    code = f"from agentsearch.retrievers import world_index; print(world_index({world_seed}, 'bm25'))"
-    index = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    if index.returncode != 0:
-        raise SystemExit(f"replay_suite: building the world's Pyserini index failed:\n{index.stderr[-2000:]}")
-    out.mkdir(parents=True, exist_ok=True)
-    log = open(out / "server.log", "a", encoding="utf-8")
-    path = index.stdout.strip().splitlines()[-1]  # Lucene logs to stdout too; the path comes last
-    proc = subprocess.Popen([sys.executable, "-m", "agentsearch", "serve", "--index", path,
-                             "--host", "127.0.0.1", "--port", str(port), "--threads", "1"],
-                            env=env, stdout=log, stderr=log)
-    url = f"http://127.0.0.1:{port}"
-    import httpx
-
-    deadline = time.monotonic() + 180
-    while True:
-        if proc.poll() is not None:
-            raise SystemExit(f"replay_suite: agentsearch serve exited ({proc.returncode}); see {out / 'server.log'}")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            stop_server(proc)
-            raise SystemExit(f"replay_suite: agentsearch serve did not answer on {url} in 180 s")
-        time.sleep(0.5)
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 # ------------------------------------------------------------------ running and reporting
@@ -276,13 +230,17 @@ def summarise(result: dict, specs: list[Spec], failed: list[dict], budget: dict,
     methods = {}
     for m in result["methods"]:
         methods[m["method"]] = {"seeds": m["seeds"], "final_dev_em_mean": r(m["final_mean"]),
-                                "final_dev_em_std": r(m["final_std"]), "train_s_mean": r(m["train_s_mean"]),
+                                "final_dev_em_std": r(m["final_std"]),
+                                "train_s_mean": r(m["train_s_mean"]),
                                 "train_s_std": r(m["train_s_std"]), "reached_target": m["reached"],
-                                "speedup": r(m.get("speedup")), "time_to_target_ratio": r(m["ratio_mean"]),
+                                "speedup": r(m.get("speedup")),
+                                "time_to_target_ratio": r(m["ratio_mean"]),
                                 "time_to_target_ratio_std": r(m["ratio_std"])}
-    return {"suite": "search_r1" if a.search_r1 else "replay", "out": str(specs[0].run.parent) if specs else a.out,
+    return {"suite": "search_r1" if a.search_r1 else "replay",
+            "out": str(specs[0].run.parent) if specs else a.out,
             "git": prov["git"], "citable": prov["citable"], "machine": prov["machine"],
-            "budget": budget, "seeds": a.seeds, "parallel": a.parallel, "threads_per_run": a.threads_per_run,
+            "budget": budget, "seeds": a.seeds, "parallel": a.parallel,
+            "threads_per_run": a.threads_per_run,
             "overrides": a.overrides, "metric": result["metric"],
             "target": {"method": target.get("method"), "score": target.get("score"),
                        "baseline_train_s": target.get("baseline_train_seconds")},
@@ -290,25 +248,32 @@ def summarise(result: dict, specs: list[Spec], failed: list[dict], budget: dict,
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="runs/replay_suite", help="suite folder (runs, analysis, summary)")
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="runs/replay_suite",
+                    help="suite folder (runs, analysis, summary)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--methods", default="all",
-                    help=f"comma-separated methods or groups: {', '.join(REPLAY + LOSSES + CHEAP + ASYNC)}; "
+                    help="comma-separated methods or groups: "
+                         f"{', '.join(REPLAY + LOSSES + CHEAP + ASYNC)}; "
                          f"groups {', '.join(ALIASES)}. With --search-r1: {', '.join(SEARCH_R1)}")
-    ap.add_argument("--steps", type=int, default=None, help="optimizer steps of every run (default: the preset's)")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="optimizer steps of every run (default: the preset's)")
     ap.add_argument("--parallel", type=int, default=2, help="runs at a time")
     ap.add_argument("--threads-per-run", type=int, default=1, help="torch threads per run")
     ap.add_argument("--preset", default="tiny", help="the base preset of the replay suite")
     ap.add_argument("--latency", default=None,
-                    help="search-latency profile KIND:MEAN_S (lognormal:0.2 by default; none with --search-r1)")
+                    help="search-latency profile KIND:MEAN_S (lognormal:0.2 by default; "
+                         "none with --search-r1)")
     ap.add_argument("--search-r1", action="store_true",
                     help="run search-r1-equivalent vs full-stack (starts agentsearch serve)")
     ap.add_argument("--port", type=int, default=0, help="--search-r1 server port (0: a free one)")
     ap.add_argument("--metric", default="eval/mean_at_n", help="the quality metric of the analysis")
-    ap.add_argument("--dry-run", action="store_true", help="print the runs and their commands; run nothing")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the runs and their commands; run nothing")
     ap.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
-    ap.add_argument("overrides", nargs="*", help="key=value overrides for every run (e.g. eval.limit=100)")
+    ap.add_argument("overrides", nargs="*",
+                    help="key=value overrides for every run (e.g. eval.limit=100)")
     a = ap.parse_args()
     t0 = time.perf_counter()
     specs, budget = resolve(a)
@@ -317,9 +282,10 @@ def main() -> int:
     if a.dry_run:
         print(f"budget: {json.dumps(budget)}")
         for s in specs:
-            state = "finished (skip)" if run_finished(s.run) else ("resume" if (s.run / "config.yaml").exists()
-                                                                   else "new")
-            print(f"{s.name:28s} {state:16s} agentsearch {' '.join(train_command(s.run, s.preset, s.overrides))}")
+            state = ("finished (skip)" if run_finished(s.run)
+                     else ("resume" if (s.run / "config.yaml").exists() else "new"))
+            print(f"{s.name:28s} {state:16s} agentsearch "
+                  f"{' '.join(train_command(s.run, s.preset, s.overrides))}")
         if a.search_r1:
             print("(--search-r1: agentsearch serve is started on 127.0.0.1 first; "
                   "search_r1_equivalent runs get env_kwargs.index=http://127.0.0.1:PORT?micro_batch=false)")
@@ -328,20 +294,27 @@ def main() -> int:
     out = Path(specs[0].run.parent)
     out.mkdir(parents=True, exist_ok=True)
     listed = json.loads((out / "suite.json").read_text()) if (out / "suite.json").exists() else {}
+    # one entry per invocation: a later arm never overwrites an earlier one's revision
     (out / "suite.json").write_text(json.dumps({"invocations": [*listed.get("invocations", []), {
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "provenance": prov, "budget": budget,
-        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "runs": {s.name: ["agentsearch", *train_command(s.run, s.preset, s.overrides)] for s in specs}}]},
-        indent=1))  # one entry per invocation: a later arm never overwrites an earlier one's revision
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "provenance": prov,
+        "budget": budget, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "runs": {s.name: ["agentsearch", *train_command(s.run, s.preset, s.overrides)]
+                 for s in specs}}]},
+        indent=1))
     server = None
     try:
-        if a.search_r1 and any(s.method == "search_r1_equivalent" and not run_finished(s.run) for s in specs):
+        if a.search_r1 and any(s.method == "search_r1_equivalent" and not run_finished(s.run)
+                               for s in specs):
+            from search_server import free_port, start_server  # beside this script: on sys.path
+
             from agentsearch.core.config import apply_overrides
             from agentsearch.trainer.train_config import TrainConfig
 
-            world = apply_overrides(TrainConfig, "search-r1-equivalent", a.overrides).env_kwargs.get("world_seed", 0)
+            cfg = apply_overrides(TrainConfig, "search-r1-equivalent", a.overrides)
+            world = cfg.env_kwargs.get("world_seed", 0)
             server, url = start_server(out, int(world), a.port or free_port())
-            print(f"[replay_suite] agentsearch serve (Pyserini BM25) on {url}", file=sys.stderr, flush=True)
+            print(f"[replay_suite] agentsearch serve (Pyserini BM25) on {url}", file=sys.stderr,
+                  flush=True)
             for s in specs:
                 if s.method == "search_r1_equivalent":
                     index = [f"env_kwargs.index={url}?micro_batch=false"]
@@ -350,6 +323,8 @@ def main() -> int:
         results = run_parallel(lambda s: one(s, a.threads_per_run), specs, a.parallel)
     finally:
         if server is not None:
+            from search_server import stop_server
+
             stop_server(server)
     failed = [{"run": str(s.run), "error": str(r).splitlines()[0], "log": str(s.run / "train.log")}
               for s, r in zip(specs, results) if isinstance(r, BaseException)]

@@ -1,8 +1,8 @@
 """Archive and restore of a suite's finished runs (``hard_world.py archive`` / ``restore``): a
 grid larger than one session goes on in the next from the repository. Only the records travel
-(``config.yaml``, ``metrics.jsonl`` gzipped, ``final_evals.json``, ``machine.json``, ``provenance.json``:
-the revision and machine of each start), no weights,
-and the machine calibrations beside them."""
+(``config.yaml``, ``metrics.jsonl`` gzipped, ``final_evals.json``, ``machine.json``,
+``provenance.json``: the revision and machine of each start), no weights, and the machine
+calibrations beside them."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def archive_run(run: Path, to: Path) -> Path:
     for name in (MACHINE_FILE, RUN_FILE):
         if (run / name).exists():
             shutil.copy(run / name, dest / name)
-    with open(run / "metrics.jsonl", "rb") as src, gzip.GzipFile(dest / "metrics.jsonl.gz", "wb", mtime=0) as out:
+    with (open(run / "metrics.jsonl", "rb") as src,
+          gzip.GzipFile(dest / "metrics.jsonl.gz", "wb", mtime=0) as out):
         shutil.copyfileobj(src, out)
     return dest
 
@@ -46,7 +47,8 @@ def archive(a) -> int:
     for suite in map(Path, a.suites):
         copy_calibrations(suite.parent / "calibration", Path(a.to) / "calibration")
         for run in sorted(r for r in suite.iterdir() if r.is_dir()):
-            if (run / "final").exists() and run_finished(run) and (run / "final_evals.json").exists():
+            if ((run / "final").exists() and run_finished(run)
+                    and (run / "final_evals.json").exists()):
                 archive_run(run, Path(a.to))
                 done.append(f"{suite.name}/{run.name}")
     print(json.dumps({"archived": len(done), "to": str(a.to), "runs": done}))
@@ -67,7 +69,8 @@ def restore(a) -> int:
         for name in (MACHINE_FILE, RUN_FILE):
             if (src / name).exists():
                 shutil.copy(src / name, run / name)
-        with gzip.open(src / "metrics.jsonl.gz", "rb") as f, open(run / "metrics.jsonl", "wb") as out:
+        with (gzip.open(src / "metrics.jsonl.gz", "rb") as f,
+              open(run / "metrics.jsonl", "wb") as out):
             shutil.copyfileobj(f, out)
         (run / ARCHIVED).write_text(json.dumps({"from": str(src)}) + "\n")
         done.append(str(run))
