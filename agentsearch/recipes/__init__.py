@@ -1,1 +1,2 @@
-"""Recipes: what the CLI and scripts/ run (the demo, diagnose, the base build, experiment runners)."""
+"""Recipes: what the CLI and scripts/ run (the demo, diagnose, the base build, experiment
+runners)."""

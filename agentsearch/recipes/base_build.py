@@ -68,7 +68,8 @@ def recipe_changes(recorded: dict, base: str = "tiny-base") -> list[str]:
     now, was = _flat(recipe(base=base)), _flat(recorded)
     default = _flat(json.loads(json.dumps(dataclasses.asdict(TrainConfig()), default=str)))
     missing = object()
-    return sorted(k for k in now.keys() | was.keys()  # a field new since the build counts at its default
+    # a field new since the build counts at its default
+    return sorted(k for k in now.keys() | was.keys()
                   if was.get(k, default.get(k, missing)) != now.get(k, missing))
 
 
@@ -88,7 +89,8 @@ def code_fingerprint(base: str = "tiny-base") -> str:
 
     chain_code = (world, chains, search_oracle, chain_oracle, sft, optim)
     modules = {"tiny-base": (world, search_oracle, sft, optim), "tiny-chain-base": chain_code,
-               "tiny-chain-base-worlds": chain_code, "tiny-math-base": (math_tasks, sandbox, math_oracle, sft, optim)}[base]
+               "tiny-chain-base-worlds": chain_code,
+               "tiny-math-base": (math_tasks, sandbox, math_oracle, sft, optim)}[base]
     h = hashlib.sha256()
     for module in modules:
         h.update(inspect.getsource(module).encode())
@@ -96,7 +98,8 @@ def code_fingerprint(base: str = "tiny-base") -> str:
     return h.hexdigest()
 
 
-def build(out: str | Path | None = None, overrides: list[str] | None = None, base: str = "tiny-base") -> dict:
+def build(out: str | Path | None = None, overrides: list[str] | None = None,
+          base: str = "tiny-base") -> dict:
     """Train the shipped base ``base`` from its recipe (plus ``overrides``, for experiments)
     into ``out`` (default: its folder in the package); returns the build record. Prints one
     progress line per 100 steps."""
@@ -119,15 +122,18 @@ def build(out: str | Path | None = None, overrides: list[str] | None = None, bas
     t0 = time.perf_counter()
     model, tok = load_model(cfg.model, seed=cfg.seed)
     envs = build_envs(cfg, cfg.prompts_per_step * cfg.group_size, split="train")
-    print(f"[build_base] {base}, recipe {BASE_RECIPES[base]}: warm start of {cfg.model}", flush=True)
+    print(f"[build_base] {base}, recipe {BASE_RECIPES[base]}: warm start of {cfg.model}",
+          flush=True)
     metrics = warm_start(cfg, model, tok, envs, make_envs=build_envs)
     t_train = time.perf_counter() - t0
     print(f"[build_base] trained in {t_train:.0f} s; evaluating on {cfg.eval.split}", flush=True)
     denv, dtasks = eval_envs(cfg)
     dev = evaluate(HFBackend(model, tok), denv, dtasks, **eval_settings(cfg))
-    record = {"recipe": recipe(overrides, base), "preset": BASE_RECIPES[base], "overrides": list(overrides or []),
-              "code_sha256": code_fingerprint(base), "tokenizer_sha256": tokenizer_fingerprint(tokenizer_dir(cfg.model)),
-              "git": git_revision(), "torch": torch.__version__, "built": time.strftime("%Y-%m-%d %H:%M"),
+    record = {"recipe": recipe(overrides, base), "preset": BASE_RECIPES[base],
+              "overrides": list(overrides or []), "code_sha256": code_fingerprint(base),
+              "tokenizer_sha256": tokenizer_fingerprint(tokenizer_dir(cfg.model)),
+              "git": git_revision(), "torch": torch.__version__,
+              "built": time.strftime("%Y-%m-%d %H:%M"),
               "train_seconds": round(t_train, 1), "warm_start": metrics, "eval": dev}
     out = Path(out)
     tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
@@ -138,6 +144,6 @@ def build(out: str | Path | None = None, overrides: list[str] | None = None, bas
 
         shutil.rmtree(out)
     publish_dir(tmp, out)
-    print(f"[build_base] dev EM {dev['eval/mean_at_n']:.3f} on {int(dev['eval/questions'])} questions; "
-          f"wrote {out}", flush=True)
+    print(f"[build_base] dev EM {dev['eval/mean_at_n']:.3f} on "
+          f"{int(dev['eval/questions'])} questions; wrote {out}", flush=True)
     return record

@@ -41,9 +41,9 @@ from agentsearch.trainer.metrics import read_metrics
 
 __all__ = ["TRIAL_OVERRIDES", "CRASH_POINTS", "Trial", "run_trials", "compare_runs", "is_timing"]
 
-TRIAL_OVERRIDES = ["steps=8", "prompts_per_step=4", "group_size=4", "checkpoint_every=2", "eval.every=4",
-                   "eval.limit=16", "threads=1", "tensorboard=false", "replay.capacity=16", "replay.k_rep=2",
-                   "replay.scan_chunk=2"]
+TRIAL_OVERRIDES = ["steps=8", "prompts_per_step=4", "group_size=4", "checkpoint_every=2",
+                   "eval.every=4", "eval.limit=16", "threads=1", "tensorboard=false",
+                   "replay.capacity=16", "replay.k_rep=2", "replay.scan_chunk=2"]
 """The trial runs: the tiny preset (``tiny-base`` on the synthetic world, HDR), short."""
 
 CRASH_POINTS = ("checkpoint:model@2", "checkpoint:files@1", "checkpoint:renamed@3", "loop:logged@4")
@@ -73,15 +73,17 @@ class Trial:
 
 def _train_cmd(run: Path, overrides: list[str], preset: str, resume: bool) -> list[str]:
     base = [sys.executable, "-m", "agentsearch", "train"]
-    return base + (["--resume", str(run)] if resume else ["--preset", preset, "--out", str(run), *overrides])
+    return base + (["--resume", str(run)] if resume
+                   else ["--preset", preset, "--out", str(run), *overrides])
 
 
 def _logged_steps(run: Path) -> list[int]:
     return [r["step"] for r in read_metrics(run)] if (run / "metrics.jsonl").exists() else []
 
 
-def _run(run: Path, overrides: list[str], preset: str, *, resume: bool = False, crash_at: str | None = None,
-         kill_after_s: float | None = None, timeout_s: float = 900) -> tuple[int, float, float | None]:
+def _run(run: Path, overrides: list[str], preset: str, *, resume: bool = False,
+         crash_at: str | None = None, kill_after_s: float | None = None,
+         timeout_s: float = 900) -> tuple[int, float, float | None]:
     """Run training (or its resume) to the end, or SIGKILL it ``kill_after_s`` seconds in;
     ``(returncode, seconds, seconds until metrics.jsonl appeared or None)``."""
     env = subprocess_env(threads=1)
@@ -92,7 +94,8 @@ def _run(run: Path, overrides: list[str], preset: str, *, resume: bool = False, 
     first = None
     with open(run.parent / f"{run.name}.log", "ab") as log:
         t0 = time.monotonic()
-        proc = subprocess.Popen(_train_cmd(run, overrides, preset, resume), env=env, stdout=log, stderr=log)
+        proc = subprocess.Popen(_train_cmd(run, overrides, preset, resume), env=env, stdout=log,
+                                stderr=log)
         while proc.poll() is None:
             if first is None and (run / "metrics.jsonl").exists():
                 first = time.monotonic() - t0
@@ -168,9 +171,11 @@ def run_trials(out: str | Path, n: int = 10, *, seed: int = 0, preset: str = "ti
             after = None if point else rng.uniform(first_s, total_s) * (0.5 if resume else 1.0)
             if after is not None:
                 trial.kill += ("random@" if not resume else ", again@") + f"{after:.1f}s"
-            rc, took, _ = _run(run, overrides, preset, resume=resume, crash_at=point, kill_after_s=after)
-            if rc == 0 and after is not None and not resume:  # this run outpaced the reference (a loaded
-                shutil.rmtree(run, ignore_errors=True)  # machine): a new instant within its own time
+            rc, took, _ = _run(run, overrides, preset, resume=resume, crash_at=point,
+                               kill_after_s=after)
+            # this run outpaced the reference (a loaded machine): a new instant within its own time
+            if rc == 0 and after is not None and not resume:
+                shutil.rmtree(run, ignore_errors=True)
                 after = rng.uniform(min(first_s, took / 2), took * 0.9)
                 trial.kill += f" (finished first; again@{after:.1f}s)"
                 rc, _, _ = _run(run, overrides, preset, kill_after_s=after)
@@ -186,8 +191,9 @@ def run_trials(out: str | Path, n: int = 10, *, seed: int = 0, preset: str = "ti
             trial.problems += compare_runs(out / "reference", run)
         trial.resumed_from = int(ckpt.name.split("-")[1]) if ckpt else -1
         trial.seconds = round(time.monotonic() - t, 1)
-        log(f"crash trial {i + 1}/{n}: killed {trial.kill} (last logged step {trial.killed_at_step}, "
-            f"checkpoint {trial.resumed_from}): {'exact' if trial.exact else 'DIFFERS: ' + trial.problems[0]}")
+        verdict = 'exact' if trial.exact else 'DIFFERS: ' + trial.problems[0]
+        log(f"crash trial {i + 1}/{n}: killed {trial.kill} (last logged step "
+            f"{trial.killed_at_step}, checkpoint {trial.resumed_from}): {verdict}")
         trials.append(trial)
     summary = {"trials": n, "exact": sum(t.exact for t in trials),
                "kills_at_crash_points": sum(1 for t in trials if not t.kill.startswith("random")),

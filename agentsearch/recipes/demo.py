@@ -27,7 +27,8 @@ def summary(run_dir: str | Path) -> dict:
     first, last = evals[0], evals[-1]
     total = lambda k: sum(r.get(k, 0.0) for r in steps)  # noqa: E731
     step_time = total("time/step")
-    types = sorted({k.split("/")[1] for k in first if k.endswith("/mean_at_n") and k.count("/") == 2})
+    types = sorted({k.split("/")[1] for k in first
+                    if k.endswith("/mean_at_n") and k.count("/") == 2})
     pair = lambda key: (first.get(key, 0.0), last.get(key, 0.0))  # noqa: E731
     return {
         "steps": len(steps),
@@ -44,10 +45,10 @@ def summary(run_dir: str | Path) -> dict:
         "pretrain_cached": bool(recs[0].get("sft/pretrain_cached", 0.0)),
         "time_train": steps[-1]["time/train_cumulative"] if steps else 0.0,
         "replay_overhead": total("time/replay_scan") / step_time if step_time else 0.0,
-        "replay_accept_rate": sum(r.get("replay/accept_rate", 0.0) for r in steps) / max(len(steps), 1),
+        "replay_accept_rate": total("replay/accept_rate") / max(len(steps), 1),
         "replay_groups_replayed": total("replay/accepted"),
         "replay_ingress": total("replay/ingress"),
-        "zero_variance_frac": sum(r.get("groups/zero_variance_frac", 0.0) for r in steps) / max(len(steps), 1),
+        "zero_variance_frac": total("groups/zero_variance_frac") / max(len(steps), 1),
     }
 
 
@@ -55,14 +56,16 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
 
-# the demo table's columns: (title noun, type column, score, calls, behaviour column, its summary key)
-_SEARCH = ("questions", "question type", "dev EM", "searches / episode", "answered after one search",
-           "one_search_answer_by_type")
-_MATH = ("problems", "problem kind", "dev accuracy", "calculator calls / episode", "answered without a call",
-         "no_search_answer_by_type")
+# the demo table's columns: (title noun, type column, score, calls, behaviour column, its
+# summary key)
+_SEARCH = ("questions", "question type", "dev EM", "searches / episode",
+           "answered after one search", "one_search_answer_by_type")
+_MATH = ("problems", "problem kind", "dev accuracy", "calculator calls / episode",
+         "answered without a call", "no_search_answer_by_type")
 
 
-def _print(s: dict, run_dir: Path, wall: float, plot: Path | None, *, title: str, math: bool = False) -> None:
+def _print(s: dict, run_dir: Path, wall: float, plot: Path | None, *, title: str,
+           math: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -91,7 +94,8 @@ def _print(s: dict, run_dir: Path, wall: float, plot: Path | None, *, title: str
             t.add_row(f"  time/{p} s", f"{v:.1f}")
     t.add_row("replay overhead (replay_scan / step)", f"{s['replay_overhead']:.1%}")
     t.add_row("replay accept rate (mean)", f"{s['replay_accept_rate']:.2f}")
-    t.add_row("groups replayed / admitted to the buffer", f"{s['replay_groups_replayed']:.0f} / {s['replay_ingress']:.0f}")
+    t.add_row("groups replayed / admitted to the buffer",
+              f"{s['replay_groups_replayed']:.0f} / {s['replay_ingress']:.0f}")
     t.add_row("zero-variance groups (mean share)", f"{s['zero_variance_frac']:.2f}")
     t.add_row("wall-clock of the demo s", f"{wall:.0f}")
     t.add_row("run folder (samples/ holds decoded episodes)", str(run_dir))
@@ -110,7 +114,8 @@ def _new_run_dir() -> Path:
     return path
 
 
-def run_demo(out: str | None = None, overrides: list[str] | None = None, preset: str = "tiny") -> int:
+def run_demo(out: str | None = None, overrides: list[str] | None = None,
+             preset: str = "tiny") -> int:
     """Train ``preset`` (default ``tiny``) into ``out`` (default: a new timestamped
     ``runs/demo-*`` folder, so ``make demo`` can be run again) and print the summary table."""
     import logging
@@ -123,8 +128,8 @@ def run_demo(out: str | None = None, overrides: list[str] | None = None, preset:
     run_dir = Path(out) if out else _new_run_dir()
     if (run_dir / "metrics.jsonl").exists():
         raise FileExistsError(f"{run_dir} already holds a run; pass --out NEW_DIR (or remove it)")
-    print(f"agentsearch demo: preset {preset} -> {run_dir} ({cfg.steps} GRPO steps from {cfg.model} "
-          f"with replay={cfg.replay.kind})", flush=True)
+    print(f"agentsearch demo: preset {preset} -> {run_dir} ({cfg.steps} GRPO steps from "
+          f"{cfg.model} with replay={cfg.replay.kind})", flush=True)
     train(cfg, run_dir)
     s = summary(run_dir)
     wall = time.perf_counter() - t0

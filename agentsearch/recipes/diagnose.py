@@ -48,13 +48,15 @@ class ForcedStrategyBackend:
     format: ``<search>`` (``<{tool}>``) or ``<answer>``); ``hops`` maps a question to its
     number of hops (``thorough`` only)."""
 
-    def __init__(self, inner, strategy: str, hops: dict[str, int] | None = None, *, tool: str = "search"):
+    def __init__(self, inner, strategy: str, hops: dict[str, int] | None = None, *,
+                 tool: str = "search"):
         if strategy not in FORCED + MATH_FORCED:
             raise ValueError(f"unknown strategy {strategy!r}; choose from {FORCED + MATH_FORCED}")
         self.inner, self.strategy, self.hops = inner, strategy, hops or {}
         self.tokenizer = inner.tokenizer
         self.call = f"<{tool}>"
-        self._tag_ids = {t: self.tokenizer.encode(t, add_special_tokens=False) for t in (self.call, "<answer>")}
+        self._tag_ids = {t: self.tokenizer.encode(t, add_special_tokens=False)
+                         for t in (self.call, "<answer>")}
 
     def _tag(self, conversation: str) -> str:
         if self.strategy == "thorough":
@@ -62,7 +64,8 @@ class ForcedStrategyBackend:
             wanted = self.hops.get(m.group(1).strip(), 1) if m else 1
         else:
             wanted = _CALLS[self.strategy]
-        calls = conversation.count("\n\n<information>")  # what the env shows (a prompt may name the tag)
+        # what the env shows (a prompt may name the tag)
+        calls = conversation.count("\n\n<information>")
         return self.call if calls < wanted else "<answer>"
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
@@ -84,11 +87,13 @@ def diagnose(backend, envs, tasks: list[dict], *, max_new_tokens: int, max_turns
     hops = {str(t["question"]).strip(): int(t.get("hops", 1)) for t in tasks}
     math = isinstance(envs[0], MathEnv)
     if math and not envs[0].tools:
-        raise ValueError("diagnose for math forces a tool call: give the env a tool (env_kwargs.tools=[calculator])")
+        raise ValueError("diagnose for math forces a tool call: give the env a tool "
+                         "(env_kwargs.tools=[calculator])")
     tool = next(iter(envs[0].tools)) if math else "search"
     out: dict[str, dict[str, float]] = {}
     for strategy in ("natural", *(MATH_FORCED if math else FORCED)):
-        b = backend if strategy == "natural" else ForcedStrategyBackend(backend, strategy, hops, tool=tool)
+        b = backend if strategy == "natural" \
+            else ForcedStrategyBackend(backend, strategy, hops, tool=tool)
         res = evaluate(b, envs, tasks, n=1, temperature=0.0, max_new_tokens=max_new_tokens,
                        max_turns=max_turns, max_seq_len=max_seq_len, seed=seed)
         row: dict[str, float] = defaultdict(float)
@@ -114,11 +119,13 @@ def hop_reach(backend, envs, tasks: list[dict], titles: dict[str, str], *, max_n
     if not multi:
         return {}
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, seed=seed)
-    episodes, _ = rollout(envs, multi, backend, params, max_turns=max_turns, max_seq_len=max_seq_len, seed=seed)
+    episodes, _ = rollout(envs, multi, backend, params, max_turns=max_turns,
+                          max_seq_len=max_seq_len, seed=seed)
     tok = backend.tokenizer
     shown: dict[str, list[list[bool]]] = defaultdict(list)
     for task, ep in zip(multi, episodes):
-        env_text = tok.decode([t for t, m in zip(ep.token_ids[ep.prompt_len:], ep.action_mask[ep.prompt_len:]) if not m])
+        env_text = tok.decode([t for t, m in zip(ep.token_ids[ep.prompt_len:],
+                                                 ep.action_mask[ep.prompt_len:]) if not m])
         shown[str(task.get("type", "all"))].append([f'(Title: "{titles.get(d, d)}")' in env_text
                                                     for d in task["gold_doc_ids"]])
     out: dict[str, dict[str, float]] = {}
@@ -131,7 +138,8 @@ def hop_reach(backend, envs, tasks: list[dict], titles: dict[str, str], *, max_n
             row[f"reach{j + 1}"] = sum(reached) / len(have)
             if j:
                 before = [r for r in have if all(r[:j])]
-                row[f"hop{j + 1}"] = sum(r[j] for r in before) / len(before) if before else float("nan")
+                row[f"hop{j + 1}"] = (sum(r[j] for r in before) / len(before) if before
+                                      else float("nan"))
         out[typ] = row
     return out
 
@@ -161,10 +169,12 @@ def main(a) -> int:
 
     cfg, model, tok = cli_policy(a)
     envs, tasks = eval_envs(cfg, split=a.split, limit=a.limit, n=1)
-    table = diagnose(HFBackend(model, tok), envs, tasks, max_new_tokens=cfg.generation.max_new_tokens,
-                     max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len, seed=cfg.seed)
+    table = diagnose(HFBackend(model, tok), envs, tasks,
+                     max_new_tokens=cfg.generation.max_new_tokens, max_turns=cfg.max_turns,
+                     max_seq_len=cfg.max_seq_len, seed=cfg.seed)
     types = sorted({k for row in table.values() for k in row if " " not in k and k != "all"})
-    t = Table(title=f"P(correct | strategy), {len(tasks)} {a.split or cfg.eval.split} questions, greedy")
+    t = Table(title=f"P(correct | strategy), {len(tasks)} {a.split or cfg.eval.split} "
+                    "questions, greedy")
     for col in ["type", *table, "natural: tool calls / episode"]:
         t.add_column(col, justify="right")
     for typ in [*types, "all"]:  # one row per question type (math: problem kind)
@@ -173,16 +183,19 @@ def main(a) -> int:
                   "" if calls is None else f"{calls:.2f}")
     Console().print(t)
     titles = _titles(cfg)
-    hops = hop_reach(HFBackend(model, tok), envs, tasks, titles, max_new_tokens=cfg.generation.max_new_tokens,
-                     max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len, seed=cfg.seed) if titles else {}
+    hops = hop_reach(HFBackend(model, tok), envs, tasks, titles,
+                     max_new_tokens=cfg.generation.max_new_tokens, max_turns=cfg.max_turns,
+                     max_seq_len=cfg.max_seq_len, seed=cfg.seed) if titles else {}
     if hops:
-        h = Table(title="per-hop success of the model's own episodes: P(hop j's article shown | hop j-1's)")
+        h = Table(title="per-hop success of the model's own episodes: "
+                        "P(hop j's article shown | hop j-1's)")
         width = max(sum(1 for key in row if key.startswith("hop")) for row in hops.values()) + 1
         for col in ["type", *[f"hop {j}" for j in range(2, width + 1)], "all hops shown"]:
             h.add_column(col, justify="right")
         for typ, row in hops.items():
             k = sum(1 for key in row if key.startswith("reach"))
-            h.add_row(typ, *(f"{row[f'hop{j}']:.3f}" if f"hop{j}" in row else "" for j in range(2, width + 1)),
+            h.add_row(typ, *(f"{row[f'hop{j}']:.3f}" if f"hop{j}" in row else ""
+                             for j in range(2, width + 1)),
                       f"{row[f'reach{k}']:.3f}")
         Console().print(h)
     print(json.dumps({"questions": len(tasks), "table": table, "hops": hops}))

@@ -39,8 +39,9 @@ class RunFailed(RuntimeError):
 def subprocess_env(threads: int = 1) -> dict[str, str]:
     """The environment of a child run: ``threads`` torch/BLAS threads, no hub, no warnings."""
     t = str(threads)
-    return {**os.environ, "OMP_NUM_THREADS": t, "MKL_NUM_THREADS": t, "TOKENIZERS_PARALLELISM": "false",
-            "PYTHONWARNINGS": "ignore", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return {**os.environ, "OMP_NUM_THREADS": t, "MKL_NUM_THREADS": t,
+            "TOKENIZERS_PARALLELISM": "false", "PYTHONWARNINGS": "ignore", "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1"}
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -62,8 +63,8 @@ def agentsearch_cli(*args: str, threads: int = 1, log: Path | None = None) -> st
         with open(log, "a", encoding="utf-8") as err:
             err.write("$ " + " ".join(cmd[2:]) + "\n")
             err.flush()
-            res = subprocess.run(cmd, env=subprocess_env(threads), stdout=subprocess.PIPE, stderr=err,
-                                 text=True)
+            res = subprocess.run(cmd, env=subprocess_env(threads), stdout=subprocess.PIPE,
+                                 stderr=err, text=True)
     else:
         res = subprocess.run(cmd, env=subprocess_env(threads), stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, text=True)
@@ -80,7 +81,8 @@ ARCHIVED = "archived.json"
 def run_finished(run: Path) -> bool:
     """A run folder whose training ended: ``final/`` (written last) and ``metrics.jsonl``, or
     one restored from a results archive (``ARCHIVED``: its records, without the weights)."""
-    return ((run / "final").exists() or (run / ARCHIVED).exists()) and (run / "metrics.jsonl").exists()
+    return (((run / "final").exists() or (run / ARCHIVED).exists())
+            and (run / "metrics.jsonl").exists())
 
 
 def train_command(run: Path, preset: str, overrides: list[str]) -> list[str]:
@@ -108,7 +110,8 @@ def train_run(run: Path, preset: str, overrides: list[str], *, threads: int = 1,
     return True
 
 
-def run_parallel(fn: Callable[[T], R], jobs: Iterable[T], parallel: int = 2) -> list[R | BaseException]:
+def run_parallel(fn: Callable[[T], R], jobs: Iterable[T],
+                 parallel: int = 2) -> list[R | BaseException]:
     """``fn(job)`` for every job, ``parallel`` at a time, in job order. A job that raises
     gives its exception in its slot instead of stopping the others."""
     def safe(job: T) -> R | BaseException:
