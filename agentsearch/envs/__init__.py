@@ -18,7 +18,8 @@ from agentsearch.envs.keychain import KeyChainEnv, KeyChainEnvConfig
 from agentsearch.envs.math import MathEnv, MathEnvConfig
 from agentsearch.envs.registration import ENV_IDS, make_env, register_envs
 from agentsearch.envs.search import SearchEnv, SearchEnvConfig
-from agentsearch.envs.text_env import TextEnv, TextEnvConfig, UnicodeText, observation_text
+from agentsearch.envs.text_env import TextEnv, UnicodeText, observation_text
+from agentsearch.envs.text_env_config import TextEnvConfig
 from agentsearch.envs.tools import (
     CalculatorTool,
     PythonTool,

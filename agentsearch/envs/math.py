@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from agentsearch.envs.rewards import AnswerScore, math_grade
 from agentsearch.envs.tasks.math_tasks import champ_tasks, synthetic_math
-from agentsearch.envs.text_env import TextEnv, TextEnvConfig
+from agentsearch.envs.text_env import TextEnv
+from agentsearch.envs.text_env_config import TextEnvConfig
 
 __all__ = ["MathEnv", "MathEnvConfig"]
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from agentsearch.core.config import ConfigError
 from agentsearch.envs.rewards import AnswerScore, answer_reward, qa_score
-from agentsearch.envs.text_env import TextEnv, TextEnvConfig
+from agentsearch.envs.text_env import TextEnv
+from agentsearch.envs.text_env_config import TextEnvConfig
 
 __all__ = ["SearchEnv", "SearchEnvConfig", "SEARCH_R1_PROMPT"]
 

@@ -11,7 +11,8 @@ from gymnasium.spaces import Dict
 from agentsearch.envs.images import DEFAULT_MAX_IMAGE_PIXELS, ImageTuple, open_image
 from agentsearch.envs.rewards import AnswerScore, MathGrade, exact_match, math_grade
 from agentsearch.envs.tasks.vision_tasks import KINDS, load_geometry3k, synthetic_vision
-from agentsearch.envs.text_env import TextEnv, TextEnvConfig, UnicodeText
+from agentsearch.envs.text_env import TextEnv, UnicodeText
+from agentsearch.envs.text_env_config import TextEnvConfig
 
 __all__ = ["VisionEnv", "VisionEnvConfig", "vision_score"]
 
