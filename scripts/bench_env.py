@@ -39,8 +39,8 @@ class CannedSearch:
     """An instant retriever: three fixed passages per query."""
 
     def search(self, queries, k=3):
-        return [[Hit(f"d{j}", f'"Title {j}"\nA passage of some forty words about {q[:30]} ' + "and more " * 20,
-                     1.0) for j in range(k)] for q in queries]
+        return [[Hit(f"d{j}", f'"Title {j}"\nA passage of some forty words about {q[:30]} '
+                     + "and more " * 20, 1.0) for j in range(k)] for q in queries]
 
     async def asearch(self, queries, k=3):
         return self.search(queries, k)
@@ -59,13 +59,15 @@ class FixedLatencyTool:
 
 
 def bench_overhead(tok, episodes: int, fmt: str, turns: int = 3) -> dict:
-    tasks = [{"id": f"t{i}", "question": f"Where was person number {i} born?", "golden_answers": ["x"]}
+    tasks = [{"id": f"t{i}", "question": f"Where was person number {i} born?",
+              "golden_answers": ["x"]}
              for i in range(episodes)]
     if fmt == "tags":
         search = "<think>I should look this up.</think>\n<search> person {i} birthplace </search>"
         answer = "<think>Found it.</think>\n<answer> x </answer>"
     else:
-        search = ('<tool_call>\n{{"name": "search", "arguments": {{"query": "person {i} birthplace"}}}}\n'
+        search = ('<tool_call>\n{{"name": "search", '
+                  '"arguments": {{"query": "person {i} birthplace"}}}}\n'
                   "</tool_call><|im_end|>")
         answer = "<answer> x </answer><|im_end|>"
 
@@ -109,7 +111,8 @@ def bench_overlap(tok, episodes: int, latency: float) -> dict:
     ideal = max(t["calls"] for t in tasks) * latency
     serial = sum(t["calls"] for t in tasks) * latency
     return {"bench": "tool_overlap", "episodes": episodes, "latency_s": latency,
-            "tool_calls": st.tool_calls, "env_wall_s": round(st.time_env, 3), "ideal_s": round(ideal, 3),
+            "tool_calls": st.tool_calls, "env_wall_s": round(st.time_env, 3),
+            "ideal_s": round(ideal, 3),
             "env_over_ideal": round(st.time_env / ideal, 3), "serial_s": round(serial, 1),
             "rollout_wall_s": round(wall, 3), "all_correct": all(e.answer_correct for e in eps)}
 

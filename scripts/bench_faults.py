@@ -55,7 +55,8 @@ from agentsearch.retrievers.chaos import create_chaos_app
 from agentsearch.retrievers.process import ServerProcess
 from agentsearch.trainer.metrics import read_metrics
 
-CONDITIONS = {"none": {}, "outage": {}, "errors": {"error_rate": 0.10}, "stalls": {"stall_rate": 0.05, "stall_s": 2.0}}
+CONDITIONS = {"none": {}, "outage": {}, "errors": {"error_rate": 0.10},
+              "stalls": {"stall_rate": 0.05, "stall_s": 2.0}}
 TRAIN = ["steps=20", "eval.every=10", "checkpoint_every=10", "threads=1", "tensorboard=false"]
 INFRA_KEYS = ("rollout/infra_", "health/infra_")  # what faults may change
 
@@ -105,8 +106,10 @@ def _play(run: Path, condition: str, seed: int, args, server: ServerProcess, url
             if condition == "outage" and killed_at is None and args.kill_after_step in seen:
                 server.kill()
                 killed_at = time.monotonic() - t0
-                say(f"  {run.name}: server killed after step {args.kill_after_step} at {killed_at:.1f} s")
-            if killed_at is not None and restarted_at is None and time.monotonic() - t0 >= killed_at + args.outage_s:
+                say(f"  {run.name}: server killed after step {args.kill_after_step} at "
+                    f"{killed_at:.1f} s")
+            if (killed_at is not None and restarted_at is None
+                    and time.monotonic() - t0 >= killed_at + args.outage_s):
                 server.start()
                 restarted_at = time.monotonic() - t0
                 say(f"  {run.name}: server back at {restarted_at:.1f} s")
@@ -118,12 +121,15 @@ def _play(run: Path, condition: str, seed: int, args, server: ServerProcess, url
     first = next((t for t, line in warnings if "infrastructure error" in line), None)
     first_fault = (chaos or {}).get("first_fault_monotonic")
     fault_at = killed_at if condition == "outage" else (first_fault - t0 if first_fault else None)
-    info = {"condition": condition, "seed": seed, "exit": proc.returncode, "seconds": round(time.monotonic() - t0, 1),
+    info = {"condition": condition, "seed": seed, "exit": proc.returncode,
+            "seconds": round(time.monotonic() - t0, 1),
             "killed_at_s": killed_at, "restarted_at_s": restarted_at, "chaos": chaos,
-            "first_warning_s": first, "warnings": len(warnings),
-            "fault_at_s": fault_at, "warning_after_fault_s": None if None in (first, fault_at) else
-            round(first - fault_at, 2), "steps_logged_between_fault_and_warning": None if None in (first, fault_at)
-            else sum(1 for t in seen.values() if fault_at < t < first)}
+            "first_warning_s": first, "warnings": len(warnings), "fault_at_s": fault_at,
+            "warning_after_fault_s": (None if None in (first, fault_at)
+                                      else round(first - fault_at, 2)),
+            "steps_logged_between_fault_and_warning": (
+                None if None in (first, fault_at)
+                else sum(1 for t in seen.values() if fault_at < t < first))}
     (run / "fault.json").write_text(json.dumps(info, indent=1) + "\n")
     return info
 
@@ -141,14 +147,16 @@ def mode_faults(args) -> dict:
                 say(f"{run.name}: training")
                 info = train_with_fault(run, condition, seed, args)
             recs = _records(run)
-            info["final_dev_em"] = next((r["eval/mean_at_n"] for r in reversed(recs) if "eval/mean_at_n" in r), None)
+            info["final_dev_em"] = next((r["eval/mean_at_n"] for r in reversed(recs)
+                                         if "eval/mean_at_n" in r), None)
             info["infra_errors"] = sum(r.get("rollout/infra_errors", 0) for r in recs)
             info["infra_retried"] = sum(r.get("rollout/infra_retried", 0) for r in recs)
             info["infra_outage_s"] = round(sum(r.get("health/infra_outage_s", 0) for r in recs), 1)
             info["tool_errors"] = sum(r.get("rollout/tool_errors", 0) for r in recs)
             info["train_s"] = round(recs[-1]["time/train_cumulative"], 1) if recs else None
             if condition != "none":
-                info["differences_from_no_fault"] = compare_runs(out / f"none-s{seed}", run, ignore=INFRA_KEYS)
+                info["differences_from_no_fault"] = compare_runs(out / f"none-s{seed}", run,
+                                                                 ignore=INFRA_KEYS)
             runs[condition].append(info)
             say(f"{run.name}: exit {info['exit']}, dev EM {info['final_dev_em']}, infra errors "
                 f"{info['infra_errors']}, warning after {info['warning_after_fault_s']} s")
@@ -161,14 +169,17 @@ def mode_faults(args) -> dict:
         row = {"completed": sum(r["exit"] == 0 for r in rs), "dev_em": ems,
                "dev_em_mean": round(statistics.mean(ems), 4) if ems else None,
                "train_s_mean": round(statistics.mean(r["train_s"] for r in rs), 1),
-               "infra_errors": [r["infra_errors"] for r in rs], "infra_retried": [r.get("infra_retried") for r in rs],
+               "infra_errors": [r["infra_errors"] for r in rs],
+               "infra_retried": [r.get("infra_retried") for r in rs],
                "infra_outage_s": [r["infra_outage_s"] for r in rs],
                "tool_errors": [r["tool_errors"] for r in rs]}
         if condition != "none":
             row.update(identical_to_no_fault=sum(not r["differences_from_no_fault"] for r in rs),
-                       within_no_fault_spread=sum(base and min(base) <= e <= max(base) for e in ems),
+                       within_no_fault_spread=sum(base and min(base) <= e <= max(base)
+                                                  for e in ems),
                        warning_after_fault_s=[r["warning_after_fault_s"] for r in rs],
-                       steps_between_fault_and_warning=[r["steps_logged_between_fault_and_warning"] for r in rs],
+                       steps_between_fault_and_warning=[
+                           r["steps_logged_between_fault_and_warning"] for r in rs],
                        chaos=[r["chaos"] for r in rs] if rs and rs[0]["chaos"] else None,
                        differences=[r["differences_from_no_fault"][:3] for r in rs])
         summary[condition] = row
@@ -216,7 +227,8 @@ def main() -> int:
     p.add_argument("--outage-s", type=float, default=20.0)
     p.add_argument("--trials", type=int, default=10)
     p.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
-    p.add_argument("overrides", nargs="*", help="extra key=value training overrides (all conditions)")
+    p.add_argument("overrides", nargs="*",
+                   help="extra key=value training overrides (all conditions)")
     args = p.parse_args()
     prov = require_clean("bench_faults", args.allow_dirty)
     os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -8,15 +8,15 @@ first sentence of real articles (24 words), encoded by the same encoder, so ever
 neighbourhood holds real and synthetic vectors. Recall@10 is against exact search (Flat)
 on the same vectors and queries.
 
-One JSON line per (kind, size): ``build_s`` (FAISS training and adding; ``folder_build_s``
-adds reading the corpus, loading the encoder, writing the documents), ``index_bytes`` (the FAISS files: the memory a served index
-holds when its codes are resident), ``disk_bytes`` (plus ``vectors.npy`` for re-ranking),
-``flat_bytes`` and the ratio, ``build_s``, ``recall10``, ``search_ms`` (one query at a
-time, search only, p50 and p99) and ``batch_qps`` (256 at a time). ``--serve`` adds one line
-for the largest size: q/s and p50/p99 at ``--episodes`` concurrent episodes through
-``agentsearch serve`` (queries encoded by the server). Results are kept in
-``$AGENTSEARCH_CACHE/bench/scale/results.jsonl`` (a rerun skips what is there) and
-``--curves`` writes the points ``agentsearch index plan`` fits.
+One JSON line per (kind, size): ``build_s`` (FAISS training and adding; ``folder_build_s`` adds
+reading the corpus, loading the encoder, writing the documents), ``index_bytes`` (the FAISS
+files: the memory a served index holds when its codes are resident), ``disk_bytes`` (plus
+``vectors.npy`` for re-ranking), ``flat_bytes`` and the ratio, ``build_s``, ``recall10``,
+``search_ms`` (one query at a time, search only, p50 and p99) and ``batch_qps`` (256 at a time).
+``--serve`` adds one line for the largest size: q/s and p50/p99 at ``--episodes`` concurrent
+episodes through ``agentsearch serve`` (queries encoded by the server). Results are kept in
+``$AGENTSEARCH_CACHE/bench/scale/results.jsonl`` (a rerun skips what is there) and ``--curves``
+writes the points ``agentsearch index plan`` fits.
 
     OMP_NUM_THREADS=2 python scripts/bench_index_scale.py --sizes 100000,300000,1000000
     python scripts/bench_index_scale.py --sizes 1000000 --kinds dense-ivfpq --serve
@@ -43,9 +43,11 @@ from agentsearch.retrievers import RemoteRetriever, build_index, load_retriever
 from agentsearch.retrievers.process import ServerProcess
 from agentsearch.retrievers.store import MANIFEST
 
-KIND_ARGS = {  # settings chosen for recall@10 >= 0.95 at <= 1/8 of Flat's memory (docs/retrieval.md#planning)
+# settings chosen for recall@10 >= 0.95 at <= 1/8 of Flat's memory (docs/retrieval.md#planning)
+KIND_ARGS = {
     "dense-flat": {},
-    "dense-ivf": {"nprobe": 32},  # nlist: --nlist (k-means on 2 cores: ~sqrt(N) cells, not 4 sqrt(N))
+    # nlist: --nlist (k-means on 2 cores: ~sqrt(N) cells, not 4 sqrt(N))
+    "dense-ivf": {"nprobe": 32},
     "dense-ivfpq": {"nprobe": 32, "refine": 8},
     "dense-hnsw-sq8": {"hnsw_m": 32, "ef_search": 128},
 }
@@ -55,12 +57,15 @@ def real_slice(root: Path, threads: int) -> tuple[np.ndarray, list[dict], list[s
     """(real passage vectors [r, d], their corpus rows, query texts), encoded once and cached."""
     from agentsearch.retrievers.encoder import Encoder
 
-    rows = list(read_jsonl(root / "wiki.jsonl")) if (root / "wiki.jsonl").exists() else wiki_corpus(root / "wiki.jsonl")
-    queries = [" ".join(re.split(r"(?<=[.!?])\s", r["contents"].partition("\n")[2], maxsplit=1)[0].split()[:24])
+    rows = (list(read_jsonl(root / "wiki.jsonl")) if (root / "wiki.jsonl").exists()
+            else wiki_corpus(root / "wiki.jsonl"))
+    queries = [" ".join(re.split(r"(?<=[.!?])\s", r["contents"].partition("\n")[2],
+                                 maxsplit=1)[0].split()[:24])
                for r in rows]
     if not (root / "real.npy").exists():
         enc = Encoder(None, threads=threads)
-        np.save(root / "real.npy", enc.encode([r["contents"] for r in rows], kind="passage", batch_size=64))
+        np.save(root / "real.npy", enc.encode([r["contents"] for r in rows], kind="passage",
+                                              batch_size=64))
         np.save(root / "queries.npy", enc.encode(queries, kind="query", batch_size=64))
     return np.load(root / "real.npy"), rows, queries
 
@@ -72,18 +77,21 @@ def make_world(root: Path, n: int, real: np.ndarray, rows: list[dict], noise: fl
         return out
     out.mkdir(parents=True, exist_ok=True)
     r, d = real.shape
-    vecs = np.lib.format.open_memmap(out / "vectors.tmp.npy", mode="w+", dtype=np.float32, shape=(n, d))
+    vecs = np.lib.format.open_memmap(out / "vectors.tmp.npy", mode="w+", dtype=np.float32,
+                                     shape=(n, d))
     rng = np.random.default_rng(n)
     vecs[:min(r, n)] = real[:n]
     for a in range(r, n, 100_000):
         b = min(a + 100_000, n)
-        v = real[rng.integers(0, r, b - a)] + rng.standard_normal((b - a, d), dtype=np.float32) * noise
+        v = (real[rng.integers(0, r, b - a)]
+             + rng.standard_normal((b - a, d), dtype=np.float32) * noise)
         vecs[a:b] = v / np.linalg.norm(v, axis=1, keepdims=True)
     vecs.flush()
     del vecs
     with open(out / "corpus.jsonl", "w", encoding="utf-8") as f:
         for i in range(n):
-            row = rows[i] if i < r else {"id": f"syn-{i}", "contents": f'"Synthetic {i}"\nsynthetic passage {i}'}
+            row = rows[i] if i < r else {"id": f"syn-{i}",
+                                         "contents": f'"Synthetic {i}"\nsynthetic passage {i}'}
             f.write(json.dumps({"id": row["id"], "contents": row["contents"]}) + "\n")
     os.replace(out / "vectors.tmp.npy", out / "vectors.npy")
     return out
@@ -110,8 +118,8 @@ def measure(world: Path, kind: str, q: np.ndarray, threads: int, nlist: int) -> 
     if not (idx / MANIFEST).exists():
         from agentsearch.retrievers.encoder import DEFAULT_ENCODER
 
-        build_index(world / "corpus.jsonl", kind, idx, vectors_from=world / "vectors.npy", encoder=DEFAULT_ENCODER,
-                    threads=threads, progress=False, **KIND_ARGS[kind],
+        build_index(world / "corpus.jsonl", kind, idx, vectors_from=world / "vectors.npy",
+                    encoder=DEFAULT_ENCODER, threads=threads, progress=False, **KIND_ARGS[kind],
                     **({"nlist": min(nlist, n // 39)} if "ivf" in kind else {}))
     m = json.loads((idx / MANIFEST).read_text())
     r = load_retriever(idx, threads=threads)
@@ -132,14 +140,15 @@ def measure(world: Path, kind: str, q: np.ndarray, threads: int, nlist: int) -> 
     flat = 4 * m["dim"] * n
     return {"bench": "index_scale", "kind": kind, "n": n, "dim": m["dim"], "factory": m["factory"],
             "search": m["search"], "refine": m["refine"], "index_bytes": files, "disk_bytes": disk,
-            "flat_bytes": flat, "memory_vs_flat": round(files / flat, 4), "build_s": m["faiss_build_seconds"],
-            "folder_build_s": m["build_seconds"],
+            "flat_bytes": flat, "memory_vs_flat": round(files / flat, 4),
+            "build_s": m["faiss_build_seconds"], "folder_build_s": m["build_seconds"],
             "recall10": round(recall, 4), "search_ms": round(float(np.median(lat)), 3),
             "search_p99_ms": round(float(np.percentile(lat, 99)), 3), "batch_qps": round(qps, 1),
             "threads": threads}
 
 
-def serve(world: Path, kind: str, queries: list[str], episodes: int, turns: int, threads: int) -> dict:
+def serve(world: Path, kind: str, queries: list[str], episodes: int, turns: int,
+          threads: int) -> dict:
     server = ServerProcess(world / kind, threads=threads).start()
     try:
         async def run():
@@ -160,20 +169,25 @@ def serve(world: Path, kind: str, queries: list[str], episodes: int, turns: int,
         qps, lat = asyncio.run(run())
     finally:
         server.kill()
-    return {"bench": "index_scale_serve", "kind": kind, "n": len(np.load(world / "vectors.npy", mmap_mode="r")),
+    return {"bench": "index_scale_serve", "kind": kind,
+            "n": len(np.load(world / "vectors.npy", mmap_mode="r")),
             "episodes": episodes, "turns": turns, "qps": round(qps, 1),
-            "p50_ms": round(float(np.median(lat)), 1), "p99_ms": round(float(np.percentile(lat, 99)), 1)}
+            "p50_ms": round(float(np.median(lat)), 1),
+            "p99_ms": round(float(np.percentile(lat, 99)), 1)}
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="100000,300000,1000000")
     p.add_argument("--kinds", default=",".join(KIND_ARGS))
     p.add_argument("--noise", type=float, default=0.03)
     p.add_argument("--nlist", type=int, default=1024, help="IVF cells (capped at N/39)")
     p.add_argument("--queries", type=int, default=1000)
-    p.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", 0)) or os.cpu_count())
-    p.add_argument("--serve", action="store_true", help="also serve the largest size's first kind to --episodes")
+    p.add_argument("--threads", type=int,
+                   default=int(os.environ.get("OMP_NUM_THREADS", 0)) or os.cpu_count())
+    p.add_argument("--serve", action="store_true",
+                   help="also serve the largest size's first kind to --episodes")
     p.add_argument("--episodes", type=int, default=64)
     p.add_argument("--turns", type=int, default=4)
     p.add_argument("--root", default=str(cache_dir() / "bench" / "scale"))
@@ -193,22 +207,27 @@ def main() -> int:
         for kind in a.kinds.split(","):
             row = done.get((kind, n))
             if row is None:
-                row = done[(kind, n)] = {**measure(world, kind, q, a.threads, a.nlist), "provenance": prov}
+                row = done[(kind, n)] = {**measure(world, kind, q, a.threads, a.nlist),
+                                         "provenance": prov}
                 with open(done_path, "a") as f:
                     f.write(json.dumps(row) + "\n")
             print(json.dumps({**row, "provenance": row.get("provenance", prov)}), flush=True)
     if a.serve:
-        print(json.dumps({**serve(root / str(max(sizes)), a.kinds.split(",")[0], texts, a.episodes, a.turns,
-                                  a.threads), "provenance": prov}), flush=True)
+        print(json.dumps({**serve(root / str(max(sizes)), a.kinds.split(",")[0], texts,
+                                  a.episodes, a.turns, a.threads), "provenance": prov}),
+              flush=True)
     if a.curves:
         machine = f"{platform.machine()} {os.cpu_count()} cores, {a.threads} threads"
         kinds = {}
         for (kind, _n), d in sorted(done.items()):
-            k = kinds.setdefault(kind, {"settings": ", ".join(f"{x}={y}" for x, y in {**d["search"],
-                                        **({"refine": d["refine"]} if d["refine"] else {})}.items()),
+            settings = {**d["search"], **({"refine": d["refine"]} if d["refine"] else {})}
+            k = kinds.setdefault(kind, {"settings": ", ".join(f"{x}={y}"
+                                                              for x, y in settings.items()),
                                         "points": []})
-            k["points"].append({x: d[x] for x in ("n", "dim", "build_s", "search_ms", "recall10", "memory_vs_flat")})
-        Path(a.curves).write_text(json.dumps({"machine": machine, "noise": a.noise, "kinds": kinds}, indent=1) + "\n")
+            k["points"].append({x: d[x] for x in ("n", "dim", "build_s", "search_ms", "recall10",
+                                                  "memory_vs_flat")})
+        Path(a.curves).write_text(json.dumps({"machine": machine, "noise": a.noise,
+                                              "kinds": kinds}, indent=1) + "\n")
         print(f"# wrote {a.curves}", file=sys.stderr)
     return 0
 

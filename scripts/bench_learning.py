@@ -46,29 +46,33 @@ def one_run(out: Path, preset: str, kind: str, seed: int, extra: list[str], unse
             threads: int = 1) -> dict:
     run = out / f"{kind}-s{seed}"
     t0 = time.perf_counter()
-    trained = train_run(run, preset, [f"seed={seed}", f"replay={kind}", f"threads={threads}", "tensorboard=false", *extra],
-              threads=threads, log_name="train.log")
+    trained = train_run(run, preset, [f"seed={seed}", f"replay={kind}", f"threads={threads}",
+                                      "tensorboard=false", *extra],
+                        threads=threads, log_name="train.log")
     recs = [r for r in read_metrics(run) if "eval/mean_at_n" in r]
     first, last = recs[0], recs[-1]
     res = {"run": str(run), "kind": kind, "seed": seed, "dev_before": first["eval/mean_at_n"],
            "dev_after": last["eval/mean_at_n"], "train_seconds": last["time/train_cumulative"],
            "by_type": {t: {k: (first.get(f"eval/{t}/{k}"), last.get(f"eval/{t}/{k}"))
-                           for k in ("mean_at_n", "searches", "one_search_answer", "no_search_answer")}
+                           for k in ("mean_at_n", "searches", "one_search_answer",
+                                     "no_search_answer")}
                        for t in _types(last)}}
     cache = run / "bench_evals.json"
     if cache.exists():
         res.update(json.loads(cache.read_text()))
     else:
-        ev = {"test_after": _eval("--run", str(run), "--split", "test", threads=threads)["eval/mean_at_n"],
-              "mean_at_4_after": _eval("--run", str(run), "--n", "4", threads=threads)["eval/mean_at_n"]}
+        ev = {"test_after": _eval("--run", str(run), "--split", "test",
+                                  threads=threads)["eval/mean_at_n"],
+              "mean_at_4_after": _eval("--run", str(run), "--n", "4",
+                                       threads=threads)["eval/mean_at_n"]}
         if unseen is not None:
             ev["unseen_after"] = _eval("--run", str(run), f"env_kwargs.world_seed={unseen}",
                                        threads=threads)["eval/mean_at_n"]
         cache.write_text(json.dumps(ev))
         res.update(ev)
     res["wall_s"] = time.perf_counter() - t0 if trained else None  # None: finished before
-    print(f"[bench_learning] {kind} seed {seed}: dev {res['dev_before']:.3f} -> {res['dev_after']:.3f}",
-          file=sys.stderr, flush=True)
+    print(f"[bench_learning] {kind} seed {seed}: dev {res['dev_before']:.3f} -> "
+          f"{res['dev_after']:.3f}", file=sys.stderr, flush=True)
     return res
 
 
@@ -85,9 +89,11 @@ def base_evals(out: Path, unseen: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="runs/bench_learning")
-    ap.add_argument("--preset", default="tiny", help="the setting to train (search presets get world checks)")
+    ap.add_argument("--preset", default="tiny",
+                    help="the setting to train (search presets get world checks)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per run")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--kinds", nargs="+", default=["hdr", "none"])
@@ -105,13 +111,16 @@ def main() -> None:
     unseen = a.unseen_world if search else None
     with ThreadPoolExecutor(a.parallel) as pool:
         base_f = pool.submit(base_evals, out, a.unseen_world) if search else None
-        runs = list(pool.map(lambda ks: one_run(out, a.preset, ks[0], ks[1], a.overrides, unseen, a.threads),
+        runs = list(pool.map(lambda ks: one_run(out, a.preset, ks[0], ks[1], a.overrides, unseen,
+                                                a.threads),
                              jobs))
         base = base_f.result() if base_f else None
     subprocess.run([sys.executable, "-m", "agentsearch", "pareto", *[r["run"] for r in runs],
-                    "--out", str(out / "pareto.png")], env=subprocess_env(1), stdout=subprocess.DEVNULL, check=False)
+                    "--out", str(out / "pareto.png")], env=subprocess_env(1),
+                   stdout=subprocess.DEVNULL, check=False)
     summary = {"bench": "learning", "preset": a.preset,
-               "machine": f"{platform.machine()} {os.cpu_count()} cores", "overrides": a.overrides, "base": base,
+               "machine": f"{platform.machine()} {os.cpu_count()} cores", "overrides": a.overrides,
+               "base": base,
                "wall_s": round(time.perf_counter() - t0, 1), "provenance": prov}
     for kind in a.kinds:
         rs = [r for r in runs if r["kind"] == kind]
@@ -123,7 +132,8 @@ def main() -> None:
             "gain_points_mean": round(100 * statistics.mean(gains), 1),
             "test_after": [round(r["test_after"], 4) for r in rs],
             "mean_at_4_after": [round(r["mean_at_4_after"], 4) for r in rs],
-            "tool_calls_by_type": {t: [r["by_type"][t]["searches"] for r in rs] for t in rs[0]["by_type"]},
+            "tool_calls_by_type": {t: [r["by_type"][t]["searches"] for r in rs]
+                                   for t in rs[0]["by_type"]},
             "train_seconds": [round(r["train_seconds"], 1) for r in rs],
             "wall_seconds": [None if r["wall_s"] is None else round(r["wall_s"], 1) for r in rs],
         }

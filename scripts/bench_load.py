@@ -28,7 +28,8 @@ after warm-up is reported (MiB per minute).
 
 Prints ONE JSON line per mode on stdout; progress lines (one per 10 s) on stderr.
 
-    OMP_NUM_THREADS=1 python scripts/bench_load.py --mode all --clients 256 --seconds 60 --storm 4000
+    OMP_NUM_THREADS=1 python scripts/bench_load.py --mode all --clients 256 --seconds 60 \\
+        --storm 4000
     OMP_NUM_THREADS=1 python scripts/bench_load.py --mode bm25 --seconds 5      # a quick check
 """
 
@@ -140,7 +141,8 @@ async def steady(url: str, questions: list[str], clients: int, seconds: float, b
             q = questions[rng.randrange(len(questions))]
             t = time.perf_counter()
             try:
-                r = await c.post(url + "/retrieve", json={"queries": [q], "topk": 3, "return_scores": True})
+                r = await c.post(url + "/retrieve",
+                                 json={"queries": [q], "topk": 3, "return_scores": True})
             except httpx.HTTPError as e:
                 errors[type(e).__name__] += 1
                 continue
@@ -167,7 +169,8 @@ async def steady(url: str, questions: list[str], clients: int, seconds: float, b
         while True:
             await asyncio.sleep(10)
             now = time.monotonic()
-            log(f"[{mode}] {now - t0:.0f} s: {len(lat):,} answered, {(len(lat) - n_last) / (now - t_last):.0f} q/s "
+            log(f"[{mode}] {now - t0:.0f} s: {len(lat):,} answered, "
+                f"{(len(lat) - n_last) / (now - t_last):.0f} q/s "
                 f"now, errors {sum(errors.values())}, bad {sum(bad.values())}, "
                 f"server RSS {sampler.server.rss_mb() or 0:.0f} MiB")
             n_last, t_last = len(lat), now
@@ -208,7 +211,8 @@ async def storm(url: str, questions: list[str], n: int) -> dict:
             return
         lines = head.split("\r\n")
         status = lines[0].split()[1] if len(lines[0].split()) > 1 else "?"
-        hdrs = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+        hdrs = {k.strip().lower(): v.strip()
+                for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
         if status == "503" and hdrs.get("retry-after", "").isdigit():
             tally["503_retry_after"] += 1
             retry_after[int(hdrs["retry-after"])] += 1
@@ -221,7 +225,8 @@ async def storm(url: str, questions: list[str], n: int) -> dict:
     for i, (_, w) in enumerate(open_):  # every request written before any answer is read
         body = json.dumps({"queries": [questions[i % len(questions)]], "topk": 3}).encode()
         w.write(b"POST /retrieve HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (host.encode(), len(body), body))
+                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
+                % (host.encode(), len(body), body))
     await asyncio.gather(*(answer(r) for r, _ in open_))
     seconds = time.monotonic() - t0
     for _, w in open_:
@@ -250,11 +255,14 @@ def run_mode(mode: str, a, questions: list[str], workdir: Path) -> dict:
     sampler = RssSampler(server)
     sampler.start()
     try:
-        httpx.post(url + "/retrieve", json={"queries": questions[:8], "topk": 3}, timeout=120)  # load lazies
+        # load lazies
+        httpx.post(url + "/retrieve", json={"queries": questions[:8], "topk": 3}, timeout=120)
         rss_start, t_start = server.rss_mb(), sampler.now()
         cpu0 = cpu_s(proc.pid), time.process_time()
-        log(f"[{mode}] up at {url}, RSS {rss_start:.0f} MiB; {a.clients} clients for {a.seconds:g} s")
-        s = asyncio.run(steady(url, questions, a.clients, a.seconds, a.bad_share, a.oversize_every, sampler, mode))
+        log(f"[{mode}] up at {url}, RSS {rss_start:.0f} MiB; {a.clients} clients for "
+            f"{a.seconds:g} s")
+        s = asyncio.run(steady(url, questions, a.clients, a.seconds, a.bad_share,
+                               a.oversize_every, sampler, mode))
         t_end = sampler.now()
         cpu = cpu_s(proc.pid) - cpu0[0], time.process_time() - cpu0[1]
         rss_end = server.rss_mb()
@@ -297,9 +305,9 @@ def run_mode(mode: str, a, questions: list[str], workdir: Path) -> dict:
         "rss_flat": rss_end - rss_warm <= max(8.0, 0.03 * rss_warm),
         "steady_peak_inflight": health["admission"]["peak_inflight"],
         "server_cpu_s": round(cpu[0], 1), "client_cpu_s": round(cpu[1], 1),
-        "storm": {**st, "max_inflight_seen": adm.get("peak_inflight"), "bound": adm.get("max_inflight"),
-                  "server_shed_counts": adm.get("shed"), "rss_mb_max": round(max(storm_rss), 1),
-                  "server_alive_after": is_alive},
+        "storm": {**st, "max_inflight_seen": adm.get("peak_inflight"),
+                  "bound": adm.get("max_inflight"), "server_shed_counts": adm.get("shed"),
+                  "rss_mb_max": round(max(storm_rss), 1), "server_alive_after": is_alive},
         "server_flags": a.server_flags, "load_avg_1m": round(os.getloadavg()[0], 2),
     }
 
@@ -309,23 +317,28 @@ def main() -> int:
     p.add_argument("--mode", choices=["bm25", "dense", "all"], default="all")
     p.add_argument("--clients", type=int, default=256)
     p.add_argument("--seconds", type=float, default=60)
-    p.add_argument("--storm", type=int, default=4000, help="requests sent at once at the end (0: none)")
-    p.add_argument("--bad-share", type=float, default=0.01, help="share of deliberately bad requests")
+    p.add_argument("--storm", type=int, default=4000,
+                   help="requests sent at once at the end (0: none)")
+    p.add_argument("--bad-share", type=float, default=0.01,
+                   help="share of deliberately bad requests")
     p.add_argument("--oversize-every", type=float, default=10,
                    help="seconds between bodies over the 64 MiB limit (0: none)")
     p.add_argument("--seed", type=int, default=0, help="world seed")
-    p.add_argument("--server-flags", default="", help='extra `agentsearch serve` flags, e.g. "--batch-window-ms 2"')
+    p.add_argument("--server-flags", default="",
+                   help='extra `agentsearch serve` flags, e.g. "--batch-window-ms 2"')
     p.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
     a = p.parse_args()
     prov = require_clean("bench_load", a.allow_dirty)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    need = a.storm + a.clients + 256  # the storm's sockets here, and the server's (it inherits this)
+    # the storm's sockets here, and the server's (it inherits this)
+    need = a.storm + a.clients + 256
     if soft < need:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(need, hard), hard))
     questions = [q["question"] for q in read_jsonl(world_dir(seed=a.seed) / "train.jsonl")]
     with tempfile.TemporaryDirectory(prefix="bench_load-") as d:
         for mode in (["bm25", "dense"] if a.mode == "all" else [a.mode]):
-            print(json.dumps({**run_mode(mode, a, questions, Path(d)), "provenance": prov}), flush=True)
+            print(json.dumps({**run_mode(mode, a, questions, Path(d)), "provenance": prov}),
+                  flush=True)
     return 0
 
 

@@ -46,7 +46,8 @@ TAU = 1e-2
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="tiny",
                     help="tiny, tiny-s, small, a model folder, or a random-init shape: "
                          "qwen2-0.5b (151,936-token vocabulary)")
@@ -159,7 +160,8 @@ def batches_of(rows, max_batch_tokens):
 def bench_throughput(model, args):
     groups = synth_groups(model, args, args.groups, true_logprobs=False, seed=args.seed)
     tokens = sum(len(r) for r in rows_of(groups))
-    score = make_score_fn(model, max_batch_tokens=args.max_batch_tokens, chunk_tokens=args.chunk_tokens)
+    score = make_score_fn(model, max_batch_tokens=args.max_batch_tokens,
+                          chunk_tokens=args.chunk_tokens)
     batches = batches_of(rows_of(groups), args.max_batch_tokens)
 
     def scan():
@@ -200,10 +202,12 @@ def bench_capacity(model, args):
     capacities = [int(c) for c in args.capacities.split(",")]
     templates = synth_groups(model, args, 64, true_logprobs=True, seed=args.seed + 1)
     g = torch.Generator().manual_seed(args.seed)
-    score = make_score_fn(model, max_batch_tokens=args.max_batch_tokens, chunk_tokens=args.chunk_tokens)
+    score = make_score_fn(model, max_batch_tokens=args.max_batch_tokens,
+                          chunk_tokens=args.chunk_tokens)
     times, scanned, accepted = [], [], []
     for cap in capacities:
-        buf = HeadroomDriftBuffer(capacity=cap, k_rep=args.k_rep, tau=TAU, scan_chunk=args.scan_chunk)
+        buf = HeadroomDriftBuffer(capacity=cap, k_rep=args.k_rep, tau=TAU,
+                                  scan_chunk=args.scan_chunk)
         passes = torch.rand(cap, generator=g) < args.pass_frac
         buf.add([perturbed(templates[i % len(templates)], i, 0.0 if passes[i] else 0.3, g)
                  for i in range(cap)], step=0)
@@ -221,7 +225,8 @@ def bench_capacity(model, args):
             "threads": args.threads, "k_rep": args.k_rep, "tau": TAU, "pass_frac": args.pass_frac,
             "scan_chunk": args.scan_chunk, "capacity": capacities, "select_s": times,
             "scanned": scanned, "accepted": accepted,
-            "ms_per_scanned_group": [round(1000 * t / max(n, 1), 1) for t, n in zip(times, scanned, strict=True)],
+            "ms_per_scanned_group": [round(1000 * t / max(n, 1), 1)
+                                     for t, n in zip(times, scanned, strict=True)],
             "max_over_min_time": round(max(times) / min(times), 2)}
 
 
@@ -301,8 +306,10 @@ def bench_memory(args, argv):
             "chunk_groups": args.scan_chunk, "rows": rows, "max_len": T,
             "max_batch_tokens": args.max_batch_tokens, "chunk_tokens": args.chunk_tokens,
             "scan_mb": round(mb["scan"], 1), "scan_one_batch_mb": round(mb["scan_one_batch"], 1),
-            "body_only_mb": round(mb["body_only"], 1), "naive_full_logits_mb": round(mb["naive"], 1),
-            "full_logits_fp32_mb_estimate": round(rows * T * vocab * 4 / 2**20, 1) if vocab else None,
+            "body_only_mb": round(mb["body_only"], 1),
+            "naive_full_logits_mb": round(mb["naive"], 1),
+            "full_logits_fp32_mb_estimate": (round(rows * T * vocab * 4 / 2**20, 1)
+                                             if vocab else None),
             "naive_over_scan": round(mb["naive"] / max(mb["scan"], 1e-6), 1),
             "naive_over_scan_one_batch": round(mb["naive"] / max(mb["scan_one_batch"], 1e-6), 1)}
 

@@ -179,15 +179,18 @@ def bench_d(name, corpus, queries, single, threads, batch):
            "encoder": enc.name, "encode_qps": round(n / (time.perf_counter() - t), 1), "k": 10}
     _, ref = rs["flat"].index.search(vecs, 10)
     for kind, r in rs.items():
-        row[f"{kind}_search_qps"] = round(rate(lambda r=r: r.index.search(vecs, 10), n, repeat=5), 1)
+        row[f"{kind}_search_qps"] = round(rate(lambda r=r: r.index.search(vecs, 10), n,
+                                               repeat=5), 1)
         _, got = r.index.search(vecs, 10)
-        row[f"{kind}_recall@10_vs_flat"] = round(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ref, got)]), 4)
+        row[f"{kind}_recall@10_vs_flat"] = round(np.mean([len(set(a) & set(b)) / 10
+                                                          for a, b in zip(ref, got)]), 4)
         if single:
             hits = r.search([q["question"] for q in single], 3)
             row[f"{kind}_recall@3_single"] = round(np.mean(
                 [any(h.doc_id in q["gold_doc_ids"] for h in hs) for q, hs in zip(single, hits)]), 4)
     m = rs["hnsw"].manifest, rs["ivf"].manifest
-    row.update(hnsw_m=m[0]["hnsw_m"], ef_search=m[0]["ef_search"], nlist=m[1]["nlist"], nprobe=m[1]["nprobe"])
+    row.update(hnsw_m=m[0]["hnsw_m"], ef_search=m[0]["ef_search"], nlist=m[1]["nlist"],
+               nprobe=m[1]["nprobe"])
     emit(row)
 
 
@@ -195,17 +198,21 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--corpus", choices=["world", "wiki"], default="world")
     p.add_argument("--seed", type=int, default=0, help="world seed")
-    p.add_argument("--only", default="a,b,c,d", help="comma list of a,b,c,d,e,f (e needs --search-r1)")
+    p.add_argument("--only", default="a,b,c,d",
+                   help="comma list of a,b,c,d,e,f (e needs --search-r1)")
     p.add_argument("--episodes", type=int, default=64)
     p.add_argument("--turns", type=int, default=4, help="search calls per episode in (a)")
     p.add_argument("--batch", type=int, default=256, help="queries per batch in (b)-(d)")
-    p.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", 0)) or os.cpu_count(),
+    p.add_argument("--threads", type=int,
+                   default=int(os.environ.get("OMP_NUM_THREADS", 0)) or os.cpu_count(),
                    help="torch/FAISS/Java threads (default: $OMP_NUM_THREADS, else all cores)")
     p.add_argument("--search-r1", type=Path, help="a Search-R1 checkout, for (e)")
     p.add_argument("--clients", type=int, default=64, help="concurrent single-query clients in (e)")
     p.add_argument("--seconds", type=float, default=20.0, help="measured seconds per server in (e)")
-    p.add_argument("--windows", default="0", help="extra --batch-window-ms values to try in (e), comma list")
-    p.add_argument("--rounds", type=int, default=2, help="interleaved rounds per server in (e); best reported")
+    p.add_argument("--windows", default="0",
+                   help="extra --batch-window-ms values to try in (e), comma list")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="interleaved rounds per server in (e); best reported")
     p.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
     a = p.parse_args()
     PROVENANCE.update(require_clean("bench_retrieval", a.allow_dirty))
@@ -216,17 +223,19 @@ def main() -> int:
           f"load {os.getloadavg()[0]:.2f}", file=sys.stderr)
     if "a" in only:
         for kind in ("bm25s", "dense-flat"):
-            bench_a(a.corpus, index(corpus, a.corpus, kind, a.threads), queries, a.episodes, a.turns, a.threads)
+            bench_a(a.corpus, index(corpus, a.corpus, kind, a.threads), queries, a.episodes,
+                    a.turns, a.threads)
     if only & {"b", "c"}:
         bench_bc(a.corpus, corpus, queries, single, a.threads, a.batch, only)
     if "d" in only:
         bench_d(a.corpus, corpus, queries, single, a.threads, a.batch)
     if "e" in only:
         if a.search_r1 is None:
-            p.error("(e) needs --search-r1 CHECKOUT (a clone of github.com/PeterGriffinJin/Search-R1)")
+            p.error("(e) needs --search-r1 CHECKOUT "
+                    "(a clone of github.com/PeterGriffinJin/Search-R1)")
         windows = [float(w) for w in a.windows.split(",") if w.strip()]
-        bench_servers.bench_e(corpus, a.corpus, queries, a.search_r1, a.threads, a.clients, a.seconds, windows, emit,
-                               a.rounds)
+        bench_servers.bench_e(corpus, a.corpus, queries, a.search_r1, a.threads, a.clients,
+                              a.seconds, windows, emit, a.rounds)
     if "f" in only:
         bench_servers.bench_f(corpus, a.corpus, queries, a.threads, emit)
     return 0

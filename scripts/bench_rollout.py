@@ -24,7 +24,8 @@ import time
 
 import torch
 
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # vLLM logs to stdout: keep it to the JSON lines
+# vLLM logs to stdout: keep it to the JSON lines
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 from agentsearch.analysis.provenance import ALLOW_DIRTY_HELP, require_clean
 from agentsearch.core.config import apply_overrides
@@ -73,12 +74,15 @@ def bench(backend_name: str, latency: float, args) -> dict:
         wall = statistics.median(w for w, _, _ in res)
         out[f"{mode}_wall_s"] = round(wall, 3)
         out[f"{mode}_eps_per_s"] = round(n / wall, 2)
-        out[f"{mode}_generate_s"] = round(statistics.median(st.time_generate for _, _, st in res), 3)
+        out[f"{mode}_generate_s"] = round(statistics.median(st.time_generate
+                                                            for _, _, st in res), 3)
         out[f"{mode}_batch_mean"] = round(statistics.median(
             st.metrics()["rollout/batch_mean"] for _, _, st in res), 1)
-        out[f"{mode}_turns_mean"] = round(statistics.mean(st.metrics()["rollout/turns_mean"] for _, _, st in res), 2)
+        out[f"{mode}_turns_mean"] = round(statistics.mean(
+            st.metrics()["rollout/turns_mean"] for _, _, st in res), 2)
     out["ratio"] = round(out["async_eps_per_s"] / out["lockstep_eps_per_s"], 3)
-    out["threads"], out["machine"] = cfg.threads, f"{platform.machine()}, {torch.get_num_threads()} torch threads"
+    out["threads"] = cfg.threads
+    out["machine"] = f"{platform.machine()}, {torch.get_num_threads()} torch threads"
     return out
 
 

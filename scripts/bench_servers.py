@@ -45,7 +45,8 @@ def numbered_corpus(corpus: Path, name: str) -> Path:
     out = cache_dir() / "bench" / f"{name}-numbered" / "corpus.jsonl"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
-        write_jsonl([{"id": str(i), "contents": r["contents"]} for i, r in enumerate(read_jsonl(corpus))], out)
+        write_jsonl([{"id": str(i), "contents": r["contents"]}
+                     for i, r in enumerate(read_jsonl(corpus))], out)
     return out
 
 
@@ -66,7 +67,8 @@ async def _post(reader, writer, body: bytes) -> bytes:
     await writer.drain()
     head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
     status = int(head.split(" ", 2)[1])
-    length = next((int(h.split(":", 1)[1]) for h in head.split("\r\n") if h.lower().startswith("content-length:")), None)
+    length = next((int(h.split(":", 1)[1]) for h in head.split("\r\n")
+                   if h.lower().startswith("content-length:")), None)
     if length is None:
         raise RuntimeError(f"answer without Content-Length: {head!r}")
     payload = await reader.readexactly(length)
@@ -103,7 +105,8 @@ async def load(port: int, queries: list[str], clients: int, seconds: float, k: i
     elapsed = time.perf_counter() - t_measure
     for _, w in conns:
         w.close()
-    return {"qps": round(done / elapsed, 1), "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "requests": done}
+    return {"qps": round(done / elapsed, 1), "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99),
+            "requests": done}
 
 
 async def lone(port: int, queries: list[str], n: int = 200, k: int = 3) -> dict:
@@ -130,13 +133,15 @@ def measure(server: ServerProcess, queries, clients, seconds) -> dict:
         server.stop()
 
 
-def search_r1(checkout: Path, index_path: Path, corpus: Path, name: str, threads: int, log: Path) -> ServerProcess:
+def search_r1(checkout: Path, index_path: Path, corpus: Path, name: str, threads: int,
+              log: Path) -> ServerProcess:
     model = []
     if name != "bm25":
         from agentsearch.retrievers.encoder import resolve_encoder
 
         model = ["--retriever_model", resolve_encoder(None)[1]]
-    cmd = [sys.executable, str(HERE / "search_r1_cpu.py"), "--search-r1", str(checkout), "--port", "{port}", "--",
+    cmd = [sys.executable, str(HERE / "search_r1_cpu.py"), "--search-r1", str(checkout),
+           "--port", "{port}", "--",
            "--index_path", str(index_path), "--corpus_path", str(corpus), "--topk", "3",
            "--retriever_name", name, *model]
     return ServerProcess([], threads=threads, command=cmd, log=log, start_timeout_s=600)
@@ -149,15 +154,18 @@ def bench_e(corpus: Path, name: str, queries: list[str], checkout: Path, threads
     corpus = numbered_corpus(corpus, name)
     log = corpus.parent / "servers.log"
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    flat, lucene, bm25s = (index(corpus, f"{name}-numbered", k, threads) for k in ("dense-flat", "bm25", "bm25s"))
+    flat, lucene, bm25s = (index(corpus, f"{name}-numbered", k, threads)
+                           for k in ("dense-flat", "bm25", "bm25s"))
 
     def ours(index: Path, *args: str):
         return lambda: ServerProcess(index, threads=threads, log=log, args=args)
 
     setups = {
-        "dense": {"search_r1": lambda: search_r1(checkout, flat / "index.faiss", corpus, "minilm", threads, log),
+        "dense": {"search_r1": lambda: search_r1(checkout, flat / "index.faiss", corpus, "minilm",
+                                                 threads, log),
                   "ours_default": ours(flat)},
-        "bm25": {"search_r1": lambda: search_r1(checkout, lucene / "lucene", corpus, "bm25", threads, log),
+        "bm25": {"search_r1": lambda: search_r1(checkout, lucene / "lucene", corpus, "bm25",
+                                                threads, log),
                  "ours_default": ours(bm25s),
                  "ours_pyserini": ours(lucene)},  # the very index Search-R1 reads, served by us
     }
@@ -169,12 +177,13 @@ def bench_e(corpus: Path, name: str, queries: list[str], checkout: Path, threads
         for _ in range(rounds):
             for label, make in servers.items():
                 runs[label].append(measure(make(), queries, clients, seconds))
-        row = {"bench": "e_servers", "mode": mode, "corpus": name, "clients": clients, "seconds": seconds,
-               "threads": threads, "rounds": rounds}
+        row = {"bench": "e_servers", "mode": mode, "corpus": name, "clients": clients,
+               "seconds": seconds, "threads": threads, "rounds": rounds}
         for label, rs in runs.items():
             row[label] = {**max(rs, key=lambda r: r["qps"]), "qps_rounds": [r["qps"] for r in rs]}
         row["speedup_default"] = round(row["ours_default"]["qps"] / row["search_r1"]["qps"], 2)
-        row["lone_ratio_default"] = round(row["ours_default"]["lone_p50_ms"] / row["search_r1"]["lone_p50_ms"], 3)
+        row["lone_ratio_default"] = round(row["ours_default"]["lone_p50_ms"]
+                                          / row["search_r1"]["lone_p50_ms"], 3)
         emit(row)
 
 
@@ -184,10 +193,11 @@ def bench_f(corpus: Path, name: str, queries: list[str], threads: int, emit, n: 
 
     from agentsearch.retrievers.server import render_lists
 
-    r = load_retriever(index(numbered_corpus(corpus, name), f"{name}-numbered", "dense-flat", threads),
-                       threads=threads)
+    r = load_retriever(index(numbered_corpus(corpus, name), f"{name}-numbered", "dense-flat",
+                             threads), threads=threads)
     enc = r.encoder
-    stages: dict[str, list[float]] = {s: [] for s in ("tokenize", "forward", "pool", "faiss", "docs", "json", "search")}
+    stages: dict[str, list[float]] = {s: [] for s in ("tokenize", "forward", "pool", "faiss",
+                                                      "docs", "json", "search")}
     for i in range(n + 20):
         q = queries[i % len(queries)]
         t0 = time.perf_counter()
@@ -198,7 +208,8 @@ def bench_f(corpus: Path, name: str, queries: list[str], threads: int, emit, n: 
             states = enc.model(**batch).last_hidden_state
             t2 = time.perf_counter()
             mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
-            vec = torch.nn.functional.normalize((states * mask).sum(1) / mask.sum(1), dim=-1).numpy()
+            vec = torch.nn.functional.normalize((states * mask).sum(1) / mask.sum(1),
+                                                dim=-1).numpy()
         t3 = time.perf_counter()
         scores, ids = r.index.search(vec, 3)
         t4 = time.perf_counter()
@@ -209,7 +220,8 @@ def bench_f(corpus: Path, name: str, queries: list[str], threads: int, emit, n: 
         r.search([q], 3)
         t7 = time.perf_counter()
         if i >= 20:
-            for s, dt in zip(stages, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t7 - t6)):
+            for s, dt in zip(stages, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5,
+                                      t7 - t6)):
                 stages[s].append(dt)
     emit({"bench": "f_lone_query", "corpus": name, "num_docs": r.num_docs, "threads": threads,
           "torch_threads": torch.get_num_threads(),

@@ -29,7 +29,8 @@ def replace_table(page: Path, header: str, rows: list[str]) -> tuple[int, int]:
 
 def table() -> list[str]:
     rows = [HEADER, "|---|---|---|"]
-    rows += [f"| `{key}` | `{default}` | {doc.replace('|', '/')} |" for key, default, doc in reference(TrainConfig)]
+    rows += [f"| `{key}` | `{default}` | {doc.replace('|', '/')} |"
+             for key, default, doc in reference(TrainConfig)]
     return rows
 
 

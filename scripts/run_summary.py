@@ -25,12 +25,14 @@ def summarise(run: str, name: str | None = None) -> dict:
            "train_seconds": recs[-1]["time/train_cumulative"] if recs else None,
            "replay_overhead": None,
            "tokens_per_step": {k: mean(f"tokens/{k}") for k in ("generated", "scored", "trained")},
-           "replay": {k: mean(f"replay/{k}") for k in ("accept_rate", "scan_depth", "accepted", "kl")},
+           "replay": {k: mean(f"replay/{k}")
+                      for k in ("accept_rate", "scan_depth", "accepted", "kl")},
            "reward": mean("reward/total"), "answer_correct": mean("rollout/answer_correct"),
            "eval": [{"step": r["step"], "mean_at_n": r["eval/mean_at_n"],
                      "train_seconds": r.get("time/train_cumulative")} for r in evals]}
     if later and out["time_per_step"]["step"]:
-        out["replay_overhead"] = round(out["time_per_step"]["replay_scan"] / out["time_per_step"]["step"], 4)
+        out["replay_overhead"] = round(out["time_per_step"]["replay_scan"]
+                                       / out["time_per_step"]["step"], 4)
     return out
 
 

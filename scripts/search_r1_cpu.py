@@ -35,9 +35,11 @@ from pathlib import Path
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--search-r1", required=True, type=Path, help="a Search-R1 checkout (its repository root)")
+    p.add_argument("--search-r1", required=True, type=Path,
+                   help="a Search-R1 checkout (its repository root)")
     p.add_argument("--port", type=int, required=True)
-    p.add_argument("--fp16", action="store_true", help="keep Search-R1's fp16 cast (slow on most CPUs)")
+    p.add_argument("--fp16", action="store_true",
+                   help="keep Search-R1's fp16 cast (slow on most CPUs)")
     a, rest = p.parse_known_args()
     server = a.search_r1 / "search_r1" / "search" / "retrieval_server.py"
     if not server.is_file():
