@@ -297,7 +297,7 @@ def test_buffer_logs_exposure_by_initial_headroom_through_eviction_and_resume():
 # ------------------------------------------------------------------ retriever URL options
 def test_url_options_make_one_request_per_search():
     from agentsearch.retrievers import load_retriever
-    from agentsearch.retrievers.client import split_url_options
+    from agentsearch.retrievers.retrieve_protocol import split_url_options
 
     assert split_url_options("http://h:1/retrieve?micro_batch=false&window_ms=2") == (
         "http://h:1/retrieve", {"micro_batch": False, "window_ms": 2.0})

@@ -36,7 +36,7 @@ _LAZY = {
     "KINDS": "index", "build_index": "index", "load_retriever": "index", "world_index": "index",
     "MicroBatcher": "batching", "BatchingRetriever": "batching",
     "HybridRetriever": "hybrid",
-    "RemoteRetriever": "client", "probe_service": "client",
+    "RemoteRetriever": "client", "probe_service": "retrieve_protocol",
     "adopt_faiss": "adopt", "adopt_lucene": "adopt",
     "serve_in_thread": "server", "create_app": "server",
 }

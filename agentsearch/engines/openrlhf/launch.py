@@ -140,7 +140,7 @@ def preflight(cfg: OpenRLHFConfig) -> None:
                           + "\n  - ".join(refused))
     index = str(t.env_kwargs.get("index") or "")
     if index.startswith(("http://", "https://")):
-        from agentsearch.retrievers.client import probe_service
+        from agentsearch.retrievers.retrieve_protocol import probe_service
 
         try:  # /health, or (Search-R1's own server has none) one Search-R1 /retrieve request
             probe_service(index, timeout=5.0)
