@@ -34,5 +34,6 @@ from agentsearch.envs.vision import VisionEnv, VisionEnvConfig
 register_envs()
 
 __all__ = ["TextEnv", "TextEnvConfig", "UnicodeText", "observation_text", "SearchEnv",
-           "SearchEnvConfig", "KeyChainEnv", "KeyChainEnvConfig", "MathEnv", "MathEnvConfig", "VisionEnv", "VisionEnvConfig", "Tool", "SearchTool", "CalculatorTool",
-           "PythonTool", "load_tool", "load_tools", "available_tools", "ENV_IDS", "register_envs", "make_env"]
+           "SearchEnvConfig", "KeyChainEnv", "KeyChainEnvConfig", "MathEnv", "MathEnvConfig",
+           "VisionEnv", "VisionEnvConfig", "Tool", "SearchTool", "CalculatorTool", "PythonTool",
+           "load_tool", "load_tools", "available_tools", "ENV_IDS", "register_envs", "make_env"]

@@ -43,10 +43,13 @@ _HOSTILE_CHARS = ("\x00", "\x07", "\x1b[31m", "\r", "\t", "\u202e", "\u200b", "\
 _PIECES = ("<think>", "</think>", "<search>", "</search>", "<answer>", "</answer>", "<information>",
            "</information>", "<tool_call>", "</tool_call>", "<tool_response>", "<calculator>",
            "</calculator>", "<python>", "</python>", "<crop>", "</crop>", "\\boxed{", "}", "{", "[",
-           "<|im_end|>", "<|im_start|>", "<|endoftext|>", '"name"', '"arguments"', ":", ",", "\n", " ")
-_HOSTILE_ARGS = {"calculator": ("9**9**9**9", "factorial(100000)", "(" * 600 + "1", "1/0", "10**10**10",
-                                "comb(10**6, 5)", "sqrt(-1)", "1e308*10", "__import__('os')", "a" * 1200),
-                 "python": ("print(1)", "import os; os.getcwd()", "raise SystemExit(3)", "print('x' * 10)"),
+           "<|im_end|>", "<|im_start|>", "<|endoftext|>", '"name"', '"arguments"', ":", ",",
+           "\n", " ")
+_HOSTILE_ARGS = {"calculator": ("9**9**9**9", "factorial(100000)", "(" * 600 + "1", "1/0",
+                                "10**10**10", "comb(10**6, 5)", "sqrt(-1)", "1e308*10",
+                                "__import__('os')", "a" * 1200),
+                 "python": ("print(1)", "import os; os.getcwd()", "raise SystemExit(3)",
+                            "print('x' * 10)"),
                  "crop": ("0 0 0 0", "-5 -5 10 10", "1e9 1e9 2e9 2e9", "nan nan 1 1", "top-left",
                           "center", "1 2 3", "[0, 0, 16, 16]", "whole")}
 
@@ -115,7 +118,8 @@ def _tag_action(env, rng: random.Random, tools: list[str]) -> tuple[str, str | N
     if k == 4:
         return f"<{t}>{rng.choice(['', ' ', chr(10) * 3])}</{t}>", "malformed"  # empty block
     if k == 5:
-        return f"<information>{x}</information>\n<{t}>{x}</{t}>", "malformed"  # writes the env's tag
+        # writes the env's tag
+        return f"<information>{x}</information>\n<{t}>{x}</{t}>", "malformed"
     if k == 6:
         missing = rng.choice([n for n in ("search", "calculator", "python", "crop", "browser")
                               if n not in env.tools])
@@ -124,7 +128,8 @@ def _tag_action(env, rng: random.Random, tools: list[str]) -> tuple[str, str | N
         return f"<think>{x}</think><think>{x}</think></think><{t}>{x}</{t}>", "malformed"
     if k in (8, 9) and tools:
         tool = rng.choice(tools)
-        return f"<think>{_words(rng)}</think>\n<{tool}>{_argument_value(rng, tool)}</{tool}>", "valid"
+        return (f"<think>{_words(rng)}</think>\n<{tool}>{_argument_value(rng, tool)}</{tool}>",
+                "valid")
     if k == 10:
         return f"<think>{_words(rng)}</think>\n<answer>{_words(rng)}</answer>", "valid"
     return _hostile_text(rng, 200), None
@@ -144,7 +149,8 @@ def _json_action(env, rng: random.Random, tools: list[str]) -> tuple[str, str | 
     if k == 1:
         return call({"name": name, "arguments": {}}) + end, "malformed"  # missing argument
     if k == 2:
-        return call({"name": name, "arguments": {arg: "x", "zz" + _words(rng, 1, 1): 1}}) + end, "malformed"
+        return (call({"name": name, "arguments": {arg: "x", "zz" + _words(rng, 1, 1): 1}}) + end,
+                "malformed")
     if k == 3:
         return call(rng.choice(['{"name": ', "{" + _words(rng), "null", "[1, 2]", '{"name": 7}',
                                 '{"arguments": {}}'])) + end, "malformed"
@@ -157,14 +163,17 @@ def _json_action(env, rng: random.Random, tools: list[str]) -> tuple[str, str | 
         return call({"name": name, "arguments": json.dumps([1, 2])}) + end, "malformed"
     if k == 7:
         n = env.config.max_calls_per_turn + 1
-        return "".join(call({"name": name, "arguments": {arg: "x"}}) for _ in range(n)) + end, "malformed"
+        return ("".join(call({"name": name, "arguments": {arg: "x"}}) for _ in range(n)) + end,
+                "malformed")
     if k == 8:
-        return rng.choice([f"<tool_call>{_words(rng)}", f"{_words(rng)}</tool_call>",
-                           f"<tool_call><tool_call>{_words(rng)}</tool_call></tool_call>",
-                           f"<answer>{_words(rng)}", "<answer> </answer>", _words(rng)]), "malformed"
+        return (rng.choice([f"<tool_call>{_words(rng)}", f"{_words(rng)}</tool_call>",
+                            f"<tool_call><tool_call>{_words(rng)}</tool_call></tool_call>",
+                            f"<answer>{_words(rng)}", "<answer> </answer>", _words(rng)]),
+                "malformed")
     if k in (9, 10) and tools:
         value = _argument_value(rng, name)
-        args = json.dumps({arg: value}) if rng.random() < 0.2 else {arg: value}  # double-encoded too
+        # double-encoded too
+        args = json.dumps({arg: value}) if rng.random() < 0.2 else {arg: value}
         return call({"name": name, "arguments": args}) + end, "valid"
     if k == 11:
         return f"<think>{_words(rng)}</think>\n<answer>{_words(rng)}</answer>{end}", "valid"
@@ -176,7 +185,8 @@ def adversarial_action(env, rng: random.Random) -> tuple[str, str | None]:
     The expectations hold for the strict parser; with ``parser="search_r1"`` they are dropped."""
     tools = sorted(env.tools)
     if rng.random() < 0.03:  # longer than any turn may be
-        return "<answer>" + "a" * (env.config.max_action_chars + rng.randint(1, 50_000)), "malformed"
+        return ("<answer>" + "a" * (env.config.max_action_chars + rng.randint(1, 50_000)),
+                "malformed")
     fmt = env.config.turn_format
     action, expect = (_tag_action if fmt == "tags" else _json_action)(env, rng, tools)
     if env.config.parser != "strict":
@@ -193,7 +203,8 @@ def _check_step(env, action: str, expect: str | None, out, report: FuzzReport) -
     if not isinstance(reward, float) or not math.isfinite(reward):
         bad.append(f"reward {reward!r} is not a finite float")
     comps = {k: v for k, v in info.items() if k.startswith("reward/")}
-    if not {"reward/answer", "reward/format"} <= set(comps) or abs(reward - sum(comps.values())) > 1e-9:
+    if (not {"reward/answer", "reward/format"} <= set(comps)
+            or abs(reward - sum(comps.values())) > 1e-9):
         bad.append(f"reward {reward!r} != sum of its components {comps}")
     if term and trunc:
         bad.append("terminated and truncated both set")
@@ -238,8 +249,8 @@ def fuzz_env(env, n: int = 10_000, seed: int = 0, max_failures: int = 20) -> Fuz
         try:
             out = env.step(action)
         except Exception as e:  # noqa: BLE001 - the very thing this looks for
-            report.failures.append(f"step raised {type(e).__name__}: {e} (action {action[:120]!r})\n"
-                                   f"{traceback.format_exc(limit=4)}")
+            report.failures.append(f"step raised {type(e).__name__}: {e} (action "
+                                   f"{action[:120]!r})\n{traceback.format_exc(limit=4)}")
             done = True
             continue
         report.max_step_s = max(report.max_step_s, time.perf_counter() - t0)

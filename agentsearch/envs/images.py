@@ -22,7 +22,8 @@ import numpy as np
 from gymnasium.spaces import Space
 from PIL import Image, UnidentifiedImageError
 
-__all__ = ["ImageResult", "ImageTuple", "open_image", "check_image", "REGIONS", "DEFAULT_MAX_IMAGE_PIXELS"]
+__all__ = ["ImageResult", "ImageTuple", "open_image", "check_image", "REGIONS",
+           "DEFAULT_MAX_IMAGE_PIXELS"]
 
 DEFAULT_MAX_IMAGE_PIXELS = 2048 * 2048
 """Default bound on width x height of an image a task may use (larger is a ValueError)."""

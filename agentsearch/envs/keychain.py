@@ -19,9 +19,9 @@ from agentsearch.envs.search import SearchEnv, SearchEnvConfig, _filter_types, _
 
 __all__ = ["KeyChainEnv", "KeyChainEnvConfig", "KEYCHAIN_PROMPT"]
 
-KEYCHAIN_PROMPT = ("Follow the chain of keys. Search for a key with <search> key </search>: the result "
-                   "names the next key. Search each key in turn until a result gives the payload, then "
-                   "answer it inside <answer> and </answer>. ")
+KEYCHAIN_PROMPT = ("Follow the chain of keys. Search for a key with <search> key </search>: the "
+                   "result names the next key. Search each key in turn until a result gives the "
+                   "payload, then answer it inside <answer> and </answer>. ")
 
 
 @dataclass
@@ -72,5 +72,6 @@ class KeyChainEnv(SearchEnv):
     def instructions(self, task: dict) -> list[dict]:
         if self.config.turn_format == "tags" and self.config.system_prompt is None \
                 and self.config.prompt_source == "builtin":
-            return [{"role": "user", "content": f"{KEYCHAIN_PROMPT}Question: {str(task['question']).strip()}\n"}]
+            return [{"role": "user",
+                     "content": f"{KEYCHAIN_PROMPT}Question: {str(task['question']).strip()}\n"}]
         return super().instructions(task)

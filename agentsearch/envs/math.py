@@ -86,7 +86,8 @@ class MathEnv(TextEnv):
         if self.config.turn_format == "tags":
             if self.config.system_prompt:
                 return [{"role": "user", "content": f"{self.config.system_prompt}Problem: {q}\n"}]
-            return [{"role": "user", "content": TAG_PROMPT.format(tools=self._tool_text(), question=q)}]
+            return [{"role": "user",
+                     "content": TAG_PROMPT.format(tools=self._tool_text(), question=q)}]
         tools = "Use the tools when they help. " if self.tools else ""
         system = self.config.system_prompt or JSON_SYSTEM_PROMPT.format(tools=tools)
         return [{"role": "system", "content": system}, {"role": "user", "content": q}]

@@ -27,7 +27,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["ToolCall", "Turn", "TagParser", "SearchR1Parser", "JsonToolParser", "last_boxed", "strip_end"]
+__all__ = ["ToolCall", "Turn", "TagParser", "SearchR1Parser", "JsonToolParser", "last_boxed",
+           "strip_end"]
 
 # Strings that end a turn without being part of it (template end-of-turn / eos markers).
 END_MARKERS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "</s>")
@@ -50,7 +51,8 @@ class Turn:
 
     @property
     def kind(self) -> str:
-        return "error" if self.error is not None else "answer" if self.answer is not None else "tool"
+        return ("error" if self.error is not None else "answer" if self.answer is not None
+                else "tool")
 
 
 def strip_end(text: str, markers: tuple[str, ...] = END_MARKERS) -> str:
@@ -308,7 +310,8 @@ class JsonToolParser:
             except (json.JSONDecodeError, RecursionError):
                 return f"the arguments of {name!r} are not a JSON object"
         if name not in self.tools:
-            return f"unknown tool {name[:64]!r}; available: {', '.join(sorted(self.tools)) or 'none'}"
+            return (f"unknown tool {name[:64]!r}; available: "
+                    f"{', '.join(sorted(self.tools)) or 'none'}")
         if not isinstance(args, dict):
             return f"the arguments of {name!r} must be a JSON object"
         problem = check_arguments(args, self.tools[name])

@@ -109,7 +109,8 @@ def answer_rewards() -> list[str]:
 
 
 def answer_reward(name: str) -> AnswerReward:
-    """The answer reward registered as ``name``; unknown names are a ValueError listing the known."""
+    """The answer reward registered as ``name``; unknown names are a ValueError listing
+    the known."""
     return _ANSWER_REWARDS.get(name)
 
 
@@ -254,7 +255,8 @@ def math_grade(prediction: str, golden_answers: list[str], *,
     return MathGrade(equal)
 
 
-def math_equal(prediction: str, golden_answers: list[str], *, timeout_s: float | None = None) -> bool:
+def math_equal(prediction: str, golden_answers: list[str], *,
+               timeout_s: float | None = None) -> bool:
     """``math_grade(...).equal``: whether ``prediction`` equals any golden answer (an answer
     the checker cannot settle within the time limit is not equal; a failed checker raises
     ``InfraError``)."""

@@ -70,7 +70,8 @@ class SearchEnvConfig(TextEnvConfig):
         super().__post_init__()
         answer_reward(self.answer_metric)  # an unknown name fails here, listing the known ones
         if self.prompt_source not in ("builtin", "parquet"):
-            raise ValueError(f"prompt_source must be 'builtin' or 'parquet', got {self.prompt_source!r}")
+            raise ValueError("prompt_source must be 'builtin' or 'parquet', got "
+                             f"{self.prompt_source!r}")
 
 
 _TASKS: dict[str, list[dict]] = {}
@@ -134,8 +135,8 @@ class SearchEnv(TextEnv):
                                  "give the server URL or index folder once, as index=")
             kwargs["index"], retriever = str(retriever), None
         elif retriever is not None and not callable(getattr(retriever, "asearch", None)):
-            raise TypeError(f"retriever= must be an agentsearch Retriever (with asearch), a server URL "
-                            f"or an index folder; got {type(retriever).__name__}")
+            raise TypeError("retriever= must be an agentsearch Retriever (with asearch), a server "
+                            f"URL or an index folder; got {type(retriever).__name__}")
         self._retriever = retriever
         super().__init__(config, **kwargs)
 
@@ -159,11 +160,12 @@ class SearchEnv(TextEnv):
             path = world_dir(seed=self.config.world_seed, entities=self.config.world_entities,
                              questions=self.config.world_questions) / f"{split}.jsonl"
             if not path.exists():
-                raise ValueError(f"the synthetic world has no split {split!r}; use train, dev or test")
+                raise ValueError(f"the synthetic world has no split {split!r}; use train, dev or "
+                                 "test")
             rows = _load_rows(path)
         if self.config.prompt_source == "parquet" and any(not r.get("prompt") for r in rows):
-            raise ConfigError(f"env_kwargs.prompt_source=parquet: the questions of {source} have no "
-                              "'prompt' (a verl chat list); use prompt_source=builtin")
+            raise ConfigError(f"env_kwargs.prompt_source=parquet: the questions of {source} have "
+                              "no 'prompt' (a verl chat list); use prompt_source=builtin")
         return _filter_types(rows, self.config.question_types, source)
 
     def instructions(self, task: dict) -> list[dict]:
@@ -171,11 +173,13 @@ class SearchEnv(TextEnv):
             if not task.get("prompt"):
                 raise ValueError("prompt_source='parquet' needs tasks with a 'prompt' chat list "
                                  f"([{{'role': 'user', 'content': ...}}]); got keys {sorted(task)}")
-            return [{"role": str(m.get("role") or "user"), "content": str(m["content"])} for m in task["prompt"]]
+            return [{"role": str(m.get("role") or "user"), "content": str(m["content"])}
+                    for m in task["prompt"]]
         q = str(task["question"]).strip()
         if self.config.turn_format == "tags":
             prompt = self.config.system_prompt or SEARCH_R1_PROMPT.split("Question:")[0]
-            extra = "".join(f"You can also use {n} ({t.description.rstrip('.')}) by <{n}> … </{n}>. "
+            extra = "".join(f"You can also use {n} ({t.description.rstrip('.')}) "
+                            f"by <{n}> … </{n}>. "
                             for n, t in self.tools.items() if n != "search")
             return [{"role": "user", "content": f"{prompt}{extra}Question: {q}\n"}]
         return [{"role": "system", "content": self.config.system_prompt or JSON_SYSTEM_PROMPT},
@@ -205,7 +209,7 @@ def _filter_types(rows: list[dict], types, source: str) -> list[dict]:
     kept = [r for r in rows if r.get("type") in keep]
     if not kept:
         found = sorted({str(r.get("type")) for r in rows})
-        raise ConfigError(f"env_kwargs.question_types={sorted(keep)} matches no question of {source} "
-                          f"(its types are {found}); clear the filter with env_kwargs.question_types=null "
-                          "or name some of those types")
+        raise ConfigError(f"env_kwargs.question_types={sorted(keep)} matches no question of "
+                          f"{source} (its types are {found}); clear the filter with "
+                          "env_kwargs.question_types=null or name some of those types")
     return kept

@@ -89,9 +89,9 @@ class ChatFormat:
         if self.raw:
             return "".join(m["content"] for m in messages)
         if self._tokenizer is not None:
-            return self._tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
-                                                       add_generation_prompt=add_generation_prompt,
-                                                       **self.vars)
+            return self._tokenizer.apply_chat_template(
+                messages, tools=tools or None, tokenize=False,
+                add_generation_prompt=add_generation_prompt, **self.vars)
         return _compile(self.template).render(messages=messages, tools=tools or None,
                                               add_generation_prompt=add_generation_prompt,
                                               **self.vars)

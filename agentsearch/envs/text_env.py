@@ -28,8 +28,8 @@ Turn formats. ``"tags"`` (Search-R1): the env's text continues the assistant mes
 (``\n\n<information>…</information>\n\n``, or Search-R1's "My previous action is
 invalid…" line: exactly Search-R1's with ``parser="search_r1"``, with the reason after
 "invalid:" with the default ``parser="strict"``), as Search-R1 trains; ``stop_strings``
-(``</search>``, ``</answer>``, ``</TOOL>``) end each turn. ``"json"``: the env first closes the assistant
-turn the policy left open (e.g. appends ``<|im_end|>\n``, or just ``\n`` when the turn
+(``</search>``, ``</answer>``, ``</TOOL>``) end each turn. ``"json"``: the env first closes the
+assistant turn the policy left open (e.g. appends ``<|im_end|>\n``, or just ``\n`` when the turn
 ended with the eos token), then adds the chat template's tool-response (or user) turn and
 the next assistant generation prompt.
 
@@ -129,7 +129,8 @@ class TextEnv(gym.Env, abc.ABC):
                 raise TypeError(f"{type(self).__name__} has no setting(s) {unknown}; "
                                 f"settings are {sorted(names)}")
             # a fresh config resolves defaults that depend on other settings (format_penalty)
-            cfg = self.Config(**overrides) if config is None else dataclasses.replace(cfg, **overrides)
+            cfg = (self.Config(**overrides) if config is None
+                   else dataclasses.replace(cfg, **overrides))
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None")
         self.config = cfg
@@ -139,15 +140,16 @@ class TextEnv(gym.Env, abc.ABC):
 
             tokenizer = load_tokenizer(tokenizer)
         if tokenizer is None and cfg.max_obs_tokens is not None:
-            raise ValueError("max_obs_tokens counts tokens of the policy's tokenizer: pass tokenizer= "
-                             "(the trainer passes its own), or use max_obs_chars")
+            raise ValueError("max_obs_tokens counts tokens of the policy's tokenizer: pass "
+                             "tokenizer= (the trainer passes its own), or use max_obs_chars")
         self.tokenizer = tokenizer
         self.chat = ChatFormat(cfg.chat_template, tokenizer=tokenizer)
         if cfg.turn_format == "json" and self.chat.raw:
-            raise ValueError("turn_format='json' needs a chat template, and this tokenizer has none; "
-                             "use chat_template=None (the shipped ChatML tool template)")
+            raise ValueError("turn_format='json' needs a chat template, and this tokenizer has "
+                             "none; use chat_template=None (the shipped ChatML tool template)")
         self._tasks = list(tasks) if tasks is not None else None
-        self.tools: dict[str, Tool] = {t.name: t for t in load_tools(cfg.tools, **self.tool_kwargs())}
+        self.tools: dict[str, Tool] = {t.name: t
+                                       for t in load_tools(cfg.tools, **self.tool_kwargs())}
         if cfg.turn_format == "tags" and cfg.parser == "search_r1":
             self.parser = SearchR1Parser({n: tag_argument(t) for n, t in self.tools.items()},
                                          max_chars=cfg.max_action_chars)
@@ -240,7 +242,8 @@ class TextEnv(gym.Env, abc.ABC):
         if self._task is None:
             raise gym.error.ResetNeeded("call reset() before step()")
         if self._done:
-            raise gym.error.ResetNeeded("the episode is over (terminated or truncated); call reset()")
+            raise gym.error.ResetNeeded("the episode is over (terminated or truncated); call "
+                                        "reset()")
         if not isinstance(action, str):
             raise TypeError(f"an action is the text of one turn (str), got {type(action).__name__}")
         self._turn += 1
@@ -254,9 +257,10 @@ class TextEnv(gym.Env, abc.ABC):
         self.last_step_timing = {"reward_s": 0.0}
         if turn.kind == "answer":
             counts = {"infra_errors": 0}
-            answer_score, self.last_step_timing["reward_s"] = await call_until_up(  # a failed grader
-                lambda: grade_off_loop(self.score, turn.answer, self._task),  # is no verdict: wait
-                "answer grading", counts)
+            # a failed grader is no verdict: wait
+            answer_score, self.last_step_timing["reward_s"] = await call_until_up(
+                lambda: grade_off_loop(self.score, turn.answer, self._task), "answer grading",
+                counts)
             info.update(counts if counts["infra_errors"] else {})
             info.update(answer=turn.answer, answer_correct=bool(answer_score.correct))
             info.update({f"metric/{k}": float(v) for k, v in answer_score.metrics.items()})
@@ -302,12 +306,14 @@ class TextEnv(gym.Env, abc.ABC):
         return self.chat.close_turn(action) + self.chat.continuation(
             [{"role": "user", "content": msg}], tools=self.tool_schemas())
 
-    async def _call_tool(self, name: str, arguments: dict, counts: dict) -> tuple[str, float, str | None]:
+    async def _call_tool(self, name: str, arguments: dict,
+                         counts: dict) -> tuple[str, float, str | None]:
         tool = self.tools[name]
         t0 = time.perf_counter()
         try:
+            # an infra error (a dead server) waits: it is no answer
             out = await call_until_up(lambda: call_once(tool, arguments), f"tool {name!r}",
-                                      counts)  # an infra error (a dead server) waits: it is no answer
+                                      counts)
             out, err = ("" if out is None else str(out)), None
         except OutageError:
             raise  # the run stops: never an observation
@@ -325,7 +331,8 @@ class TextEnv(gym.Env, abc.ABC):
 
     async def _run_tools(self, action: str, turn: Turn, info: dict) -> str:
         counts = {"infra_errors": 0}
-        results = await asyncio.gather(*(self._call_tool(c.name, c.arguments, counts) for c in turn.calls))
+        results = await asyncio.gather(*(self._call_tool(c.name, c.arguments, counts)
+                                         for c in turn.calls))
         errors = [e for _, _, e in results if e]
         info.update(tool=",".join(c.name for c in turn.calls), tool_calls=len(turn.calls), **counts,
                     tool_latency_s=max(lat for _, lat, _ in results), tool_error=bool(errors),
@@ -333,4 +340,5 @@ class TextEnv(gym.Env, abc.ABC):
         if self.config.turn_format == "tags":
             return "".join(f"\n\n<information>{out}</information>\n\n" for out, _, _ in results)
         msgs = [{"role": "tool", "content": out} for out, _, _ in results]
-        return self.chat.close_turn(action) + self.chat.continuation(msgs, tools=self.tool_schemas())
+        return (self.chat.close_turn(action)
+                + self.chat.continuation(msgs, tools=self.tool_schemas()))

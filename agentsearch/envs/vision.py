@@ -185,7 +185,8 @@ class VisionEnv(TextEnv):
                                                     f"Question: {q}\n"}]
             return [{"role": "user", "content": TAG_PROMPT.format(
                 image=cfg.image_token, width=w, height=h, tools=self._tool_text(), question=q)}]
-        tools = "Use the crop tool to zoom in when details are small. " if "crop" in self.tools else ""
+        tools = ("Use the crop tool to zoom in when details are small. " if "crop" in self.tools
+                 else "")
         system = cfg.system_prompt or JSON_SYSTEM_PROMPT.format(tools=tools)
         return [{"role": "system", "content": system},
                 {"role": "user", "content": f"{cfg.image_token}\nThe image is {w}x{h} pixels.\n"

@@ -43,7 +43,8 @@ def _t_boxes(r):
 
 def _t_chain(r):
     a, b, c, d = (r.randint(2, 99) for _ in range(4))
-    return f"Compute ({a} + {b}) * {c} - {d}.", Fraction((a + b) * c - d), 3, f"({a} + {b}) * {c} - {d}"
+    return (f"Compute ({a} + {b}) * {c} - {d}.", Fraction((a + b) * c - d), 3,
+            f"({a} + {b}) * {c} - {d}")
 
 
 def _t_marbles(r):
@@ -89,7 +90,8 @@ def _t_consecutive(r):
 
 
 def _t_discount(r):
-    p, d, t = r.choice([20, 40, 50, 80, 120, 200, 250, 400]), r.choice([10, 20, 25, 50]), r.choice([5, 10, 20])
+    p, d, t = (r.choice([20, 40, 50, 80, 120, 200, 250, 400]), r.choice([10, 20, 25, 50]),
+               r.choice([5, 10, 20]))
     final = Fraction(p) * (100 - d) / 100 * (100 + t) / 100
     q = (f"A shop discounts a {p}-dollar coat by {d}% and then adds {t}% sales tax to the "
          "discounted price. What is the final price in dollars?")
@@ -98,7 +100,8 @@ def _t_discount(r):
 
 def _t_products(r):
     a, b, c, d, e = (r.randint(11, 999) for _ in range(5))
-    return f"Evaluate {a} * {b} - {c} * {d} + {e}.", Fraction(a * b - c * d + e), 3, f"{a} * {b} - {c} * {d} + {e}"
+    return (f"Evaluate {a} * {b} - {c} * {d} + {e}.", Fraction(a * b - c * d + e), 3,
+            f"{a} * {b} - {c} * {d} + {e}")
 
 
 def _t_multiples(r):
@@ -141,7 +144,8 @@ def synthetic_math(split: str = "train", n: int | None = None, seed: int = 0) ->
     (``expression``: one calculator expression that computes the answer, its numbers written
     as in the question, a space before each, so that they tokenize alike)."""
     if split not in SPLIT_SIZES:
-        raise ValueError(f"synthetic math splits are {sorted(SPLIT_SIZES)} (or 'champ'), got {split!r}")
+        raise ValueError(f"synthetic math splits are {sorted(SPLIT_SIZES)} (or 'champ'), got "
+                         f"{split!r}")
     return [dict(row) for row in _cached(split, n or SPLIT_SIZES[split], seed)]
 
 

@@ -82,21 +82,23 @@ def render(spec: dict) -> Image.Image:
         base, colour = spec["baseline"], COLOURS[spec["colour"]]
         draw.line([(2, base), (size - 3, base)], fill=_INK)
         for b in spec["bars"]:
-            draw.rectangle([b["x"], base - b["height"], b["x"] + b["width"] - 1, base - 1], fill=colour)
+            draw.rectangle([b["x"], base - b["height"], b["x"] + b["width"] - 1, base - 1],
+                           fill=colour)
             draw.text((b["x"] + b["width"] / 2, base + 2), b["label"], fill=_INK,
                       font=_font(spec["font_px"]), anchor="mt")
     return img
 
 
 # ------------------------------------------------------------------ task kinds
-def _place(r: random.Random, sides: list[int], size: int, gap: int = 4) -> list[tuple[int, int]] | None:
+def _place(r: random.Random, sides: list[int], size: int,
+           gap: int = 4) -> list[tuple[int, int]] | None:
     """Top-left corners for squares of ``sides`` that keep ``gap`` pixels apart (or None)."""
     boxes: list[tuple[int, int, int]] = []
     for s in sides:
         for _ in range(200):
             x, y = r.randint(2, size - s - 2), r.randint(2, size - s - 2)
-            if all(x + s + gap <= bx or bx + bs + gap <= x or y + s + gap <= by or by + bs + gap <= y
-                   for bx, by, bs in boxes):
+            if all(x + s + gap <= bx or bx + bs + gap <= x
+                   or y + s + gap <= by or by + bs + gap <= y for bx, by, bs in boxes):
                 boxes.append((x, y, s))
                 break
         else:
@@ -165,7 +167,8 @@ def _left_of(r: random.Random, size: int):
                for i, s in enumerate(sides)]
     j = r.randint(1, k - 1)
     q = f"What colour is the shape directly to the left of the {kinds[j]}? Answer with the colour."
-    return {"size": size, "shapes": _shapes(kinds, colours, sides, corners)}, q, [colours[j - 1]], "text"
+    return ({"size": size, "shapes": _shapes(kinds, colours, sides, corners)}, q,
+            [colours[j - 1]], "text")
 
 
 QUARTERS = ("top-left", "top-right", "bottom-left", "bottom-right")  # crop's region names
@@ -175,15 +178,19 @@ def _quarter(r: random.Random, size: int):
     colours = r.sample(sorted(COLOURS), 4)
     half = size // 2
     sides = [r.randint(half * 3 // 5, half * 17 // 20) for _ in QUARTERS]
-    corners = [((i % 2) * half + r.randint(2, half - s - 2), (i // 2) * half + r.randint(2, half - s - 2))
+    corners = [((i % 2) * half + r.randint(2, half - s - 2),
+                (i // 2) * half + r.randint(2, half - s - 2))
                for i, s in enumerate(sides)]
     kinds = [r.choice(SHAPES) for _ in QUARTERS]
     j = r.randrange(4)
-    q = f"What colour is the shape in the {QUARTERS[j]} quarter of the image? Answer with the colour."
-    return {"size": size, "shapes": _shapes(kinds, colours, sides, corners)}, q, [colours[j]], "text"
+    q = (f"What colour is the shape in the {QUARTERS[j]} quarter of the image? "
+         "Answer with the colour.")
+    return ({"size": size, "shapes": _shapes(kinds, colours, sides, corners)}, q, [colours[j]],
+            "text")
 
 
-_MAKERS = {"bar": _bar, "bigger": _bigger, "count": _count, "left_of": _left_of, "quarter": _quarter}
+_MAKERS = {"bar": _bar, "bigger": _bigger, "count": _count, "left_of": _left_of,
+           "quarter": _quarter}
 
 
 def _check_args(split: str, size: int, kinds: tuple[str, ...]) -> None:
@@ -251,7 +258,8 @@ def synthetic_vision(split: str = "train", n: int | None = None, seed: int = 0, 
     n = SPLIT_SIZES[split] if n is None else int(n)
     rows = _rows(split, n, seed, size, kinds)
     folder = _image_dir(split, n, seed, size, kinds, rows)
-    return [dict(json.loads(json.dumps(row)), image=str(folder / f"{row['id']}.png")) for row in rows]
+    return [dict(json.loads(json.dumps(row)), image=str(folder / f"{row['id']}.png"))
+            for row in rows]
 
 
 # ------------------------------------------------------------------ Geometry3K-style data
@@ -358,10 +366,12 @@ def load_geometry3k(path: str | Path, *, max_image_pixels: int = DEFAULT_MAX_IMA
                 check_image(row["image"], max_pixels=max_image_pixels)
         except ValueError as e:
             if on_error == "raise":
-                raise ValueError(f"{where}: {e}" if not str(e).startswith(where) else str(e)) from None
+                raise ValueError(f"{where}: {e}" if not str(e).startswith(where)
+                                 else str(e)) from None
             bad.append(str(e))
             continue
         rows.append(row)
     if bad:
-        log.warning("load_geometry3k(%s): skipped %d bad record(s), e.g. %s", path, len(bad), bad[0])
+        log.warning("load_geometry3k(%s): skipped %d bad record(s), e.g. %s", path, len(bad),
+                    bad[0])
     return rows

@@ -18,6 +18,6 @@ from agentsearch.envs.tools.protocol import (
 from agentsearch.envs.tools.python_exec import PythonTool
 from agentsearch.envs.tools.retrieval import SearchTool, default_retriever, preflight
 
-__all__ = ["Tool", "SearchTool", "CalculatorTool", "PythonTool", "CropTool", "LatencyTool", "load_tool",
-           "load_tools", "available_tools", "tool_schema", "tag_argument", "ENTRY_POINT_GROUP",
-           "default_retriever", "preflight"]
+__all__ = ["Tool", "SearchTool", "CalculatorTool", "PythonTool", "CropTool", "LatencyTool",
+           "load_tool", "load_tools", "available_tools", "tool_schema", "tag_argument",
+           "ENTRY_POINT_GROUP", "default_retriever", "preflight"]

@@ -27,5 +27,6 @@ class CalculatorTool:
         except CalculatorError as e:
             return f"Error: {e}"
         if isinstance(value, float):
-            return str(int(value)) if value.is_integer() and abs(value) < 1e15 else format(value, ".12g")
+            return (str(int(value)) if value.is_integer() and abs(value) < 1e15
+                    else format(value, ".12g"))
         return str(value)

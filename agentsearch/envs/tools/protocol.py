@@ -51,8 +51,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from agentsearch.core.reliability import InfraError
 
-__all__ = ["Tool", "call_once", "load_tool", "load_tools", "available_tools", "tool_schema", "tag_argument",
-           "ENTRY_POINT_GROUP"]
+__all__ = ["Tool", "call_once", "load_tool", "load_tools", "available_tools", "tool_schema",
+           "tag_argument", "ENTRY_POINT_GROUP"]
 
 ENTRY_POINT_GROUP = "agentsearch.tools"
 # Used only when the package metadata is missing (a source tree on sys.path, not installed).

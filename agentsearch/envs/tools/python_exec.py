@@ -27,11 +27,13 @@ class PythonTool:
     def __init__(self, time_limit_s: float = 5.0, memory_mb: int = 1024,
                  max_output_chars: int = 4000, max_processes: int = 64, disk_mb: int = 16):
         self.time_limit_s, self.memory_mb = time_limit_s, memory_mb
-        self.max_output_chars, self.max_processes, self.disk_mb = max_output_chars, max_processes, disk_mb
-        # the env's outer limit: the sandbox's start (<= sandbox.STARTUP_TIMEOUT_S) + the program's own
+        self.max_output_chars, self.max_processes = max_output_chars, max_processes
+        self.disk_mb = disk_mb
+        # the env's outer limit: the sandbox's start (<= sandbox.STARTUP_TIMEOUT_S) + the
+        # program's own
         self.timeout_s = time_limit_s + 10.0
 
     async def __call__(self, code: str) -> str:
         return await run_python(str(code), time_limit_s=self.time_limit_s, memory_mb=self.memory_mb,
-                                max_output_chars=self.max_output_chars, max_processes=self.max_processes,
-                                disk_mb=self.disk_mb)
+                                max_output_chars=self.max_output_chars,
+                                max_processes=self.max_processes, disk_mb=self.disk_mb)

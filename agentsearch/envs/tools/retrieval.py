@@ -32,8 +32,10 @@ def default_retriever(index: str | None = None, world_seed: int = 0,
                     base = retrievers.load_retriever(index)
                 except OSError as e:  # a dense index whose encoder is not in the local cache, ...
                     if isinstance(e, FileNotFoundError) and not Path(index).exists():
-                        raise ConfigError(f"index folder {index} does not exist (env_kwargs.index)") from None
-                    raise ConfigError(f"index {index} does not load: {str(e).splitlines()[0]}") from None
+                        raise ConfigError(f"index folder {index} does not exist "
+                                          "(env_kwargs.index)") from None
+                    raise ConfigError(f"index {index} does not load: "
+                                      f"{str(e).splitlines()[0]}") from None
             else:
                 base = retrievers.world_index(seed=world_seed, kind="bm25s",
                                               entities=world_entities)
@@ -60,7 +62,8 @@ class SearchTool:
     """
 
     name = "search"
-    timeouts_are_infra = True  # a search that times out is the retriever's failure, not the policy's
+    # a search that times out is the retriever's failure, not the policy's
+    timeouts_are_infra = True
     description = "Search the encyclopedia. Returns the most relevant passages for a query."
     parameters = {"type": "object",
                   "properties": {"query": {"type": "string", "description": "the search query"}},

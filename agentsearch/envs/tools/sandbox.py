@@ -47,7 +47,8 @@ import time
 from agentsearch.core.reliability import InfraError
 from agentsearch.envs.tools.sandbox_isolation import INIT, Isolation, PidsCgroup, isolation
 
-__all__ = ["evaluate", "CalculatorError", "run_python", "network_isolation", "isolation", "Isolation"]
+__all__ = ["evaluate", "CalculatorError", "run_python", "network_isolation", "isolation",
+           "Isolation"]
 
 log = logging.getLogger("agentsearch.sandbox")
 
@@ -124,7 +125,8 @@ def network_isolation() -> str:
 
 
 async def run_python(code: str, *, time_limit_s: float = 5.0, memory_mb: int = 1024,
-                     max_output_chars: int = 4000, max_processes: int = 64, disk_mb: int = 16) -> str:
+                     max_output_chars: int = 4000, max_processes: int = 64,
+                     disk_mb: int = 16) -> str:
     """Run ``code`` in the sandbox (module notes); returns stdout+stderr (and why it stopped).
     Raises ``InfraError`` if the sandbox itself cannot start."""
     iso = isolation()
@@ -196,11 +198,13 @@ class _Sandbox:
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *iso.prefix, sys.executable, "-I", "-S", INIT, json.dumps(cfg), cwd=root, env=env,
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                pass_fds=(wfd,), preexec_fn=_child_setup(*limits, self.cgroup))
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True, pass_fds=(wfd,),
+                preexec_fn=_child_setup(*limits, self.cgroup))
         except (OSError, subprocess.SubprocessError) as e:
             os.close(rfd)
-            raise InfraError(f"python sandbox: cannot spawn {(iso.prefix or (sys.executable,))[0]}: "
+            raise InfraError("python sandbox: cannot spawn "
+                             f"{(iso.prefix or (sys.executable,))[0]}: "
                              f"{type(e).__name__}: {e}") from e
         finally:
             os.close(wfd)
@@ -215,9 +219,11 @@ class _Sandbox:
             why = line.decode(errors="replace").strip()
             if not why:  # it exited before setting up: unshare's own message is in the output
                 await self.stop()
-                with open(os.path.join(root, "output.txt"), encoding="utf-8", errors="replace") as f:
+                with open(os.path.join(root, "output.txt"), encoding="utf-8",
+                          errors="replace") as f:
                     why = f"exit status {self.proc.returncode}: {f.read(500).strip()}"
-            raise InfraError(f"the python sandbox did not start ({' '.join(iso.prefix) or 'no unshare'}): {why}")
+            raise InfraError("the python sandbox did not start "
+                             f"({' '.join(iso.prefix) or 'no unshare'}): {why}")
 
     async def status(self) -> int | None:
         """The program's wait status, as the sandbox's first process reported it (None: killed)."""
@@ -260,7 +266,8 @@ class _Sandbox:
 
 
 def _mnt_ns() -> int:
-    """This process's mount namespace (its inode; 0 if unknown): the sandbox mounts only outside it."""
+    """This process's mount namespace (its inode; 0 if unknown): the sandbox mounts only
+    outside it."""
     try:
         return os.stat("/proc/self/ns/mnt").st_ino
     except OSError:

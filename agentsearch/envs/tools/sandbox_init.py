@@ -79,23 +79,28 @@ def landlock(writable_dir: str) -> int:
     if abi < 1:
         raise OSError(ctypes.get_errno() or 38, "Landlock is not available in this kernel")
     fs = _FS_WRITE_FILE | _FS_REMOVE_DIR | _FS_REMOVE_FILE | _FS_MAKE
-    fs |= (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0) | (_FS_IOCTL_DEV if abi >= 5 else 0)
+    fs |= ((_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
+           | (_FS_IOCTL_DEV if abi >= 5 else 0))
     attr = _RulesetAttr(fs, _NET_BIND_TCP | _NET_CONNECT_TCP if abi >= 4 else 0,
                         _SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL if abi >= 6 else 0)
     ruleset = _check(_libc.syscall(ctypes.c_long(_SYS_CREATE), ctypes.byref(attr),
-                                   ctypes.c_long(ctypes.sizeof(attr)), ctypes.c_long(0)), "landlock_create_ruleset")
+                                   ctypes.c_long(ctypes.sizeof(attr)), ctypes.c_long(0)),
+                     "landlock_create_ruleset")
     try:
-        for path, allowed in ((writable_dir, fs), ("/dev/null", fs & (_FS_WRITE_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV))):
+        for path, allowed in ((writable_dir, fs),
+                              ("/dev/null", fs & (_FS_WRITE_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV))):
             fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             try:
                 rule = _PathBeneath(allowed, fd)
-                _check(_libc.syscall(ctypes.c_long(_SYS_ADD_RULE), ctypes.c_long(ruleset), ctypes.c_long(1),
-                                     ctypes.byref(rule), ctypes.c_long(0)), f"landlock_add_rule {path}")
+                _check(_libc.syscall(ctypes.c_long(_SYS_ADD_RULE), ctypes.c_long(ruleset),
+                                     ctypes.c_long(1), ctypes.byref(rule), ctypes.c_long(0)),
+                       f"landlock_add_rule {path}")
             finally:
                 os.close(fd)
         _check(_libc.prctl(ctypes.c_int(_PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), ctypes.c_ulong(0),
                            ctypes.c_ulong(0), ctypes.c_ulong(0)), "prctl(PR_SET_NO_NEW_PRIVS)")
-        _check(_libc.syscall(ctypes.c_long(_SYS_RESTRICT), ctypes.c_long(ruleset), ctypes.c_long(0)),
+        _check(_libc.syscall(ctypes.c_long(_SYS_RESTRICT), ctypes.c_long(ruleset),
+                             ctypes.c_long(0)),
                "landlock_restrict_self")
     finally:
         os.close(ruleset)
@@ -104,7 +109,8 @@ def landlock(writable_dir: str) -> int:
 
 def tmpfs(root: str, size_mb: int, inodes: int, carry: list, host_mnt_ns: int) -> None:
     """Mount a bounded tmpfs on ``root`` (this mount namespace only), keeping ``carry`` files.
-    Refuses in the parent's mount namespace (``host_mnt_ns``, its inode): the mount would leak there."""
+    Refuses in the parent's mount namespace (``host_mnt_ns``, its inode): the mount would
+    leak there."""
     if not host_mnt_ns or os.stat("/proc/self/ns/mnt").st_ino == host_mnt_ns:
         raise OSError(1, "no private mount namespace to mount the temp dir's tmpfs in")
     files = {}
@@ -112,7 +118,8 @@ def tmpfs(root: str, size_mb: int, inodes: int, carry: list, host_mnt_ns: int) -
         with open(os.path.join(root, name), "rb") as f:
             files[name] = f.read()
     opts = f"size={int(size_mb)}m,nr_inodes={int(inodes)},mode=0700".encode()
-    _check(_libc.mount(b"tmpfs", root.encode(), b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV), opts),
+    _check(_libc.mount(b"tmpfs", root.encode(), b"tmpfs",
+                       ctypes.c_ulong(_MS_NOSUID | _MS_NODEV), opts),
            f"mount tmpfs on {root}")
     os.chdir(root)  # the old cwd is the directory now hidden under the mount
     for name, data in files.items():

@@ -1,7 +1,8 @@
 """The python sandbox's isolation layers: which work here (probed once per process), the per-run
 pids cgroup, and the logging that makes a missing layer loud.
 
-Layers (``sandbox.run_python`` applies all that the probe found; ``sandbox_init`` sets up the inner ones):
+Layers (``sandbox.run_python`` applies all that the probe found; ``sandbox_init`` sets up the
+inner ones):
 
 - **network**: ``unshare -r -n -m -p -f --kill-child`` (``-r`` user namespace where the kernel
   allows it, else as root ``-n -m -p -f``): a private network namespace with only a down
@@ -52,18 +53,23 @@ log = logging.getLogger("agentsearch.sandbox")
 
 INIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_init.py")
 PID_MAX = 301  # the smallest kernel.pid_max the kernel accepts
-UNSHARE_FLAGS = (("-r", "-n", "-m", "-p", "-f", "--kill-child"), ("-n", "-m", "-p", "-f", "--kill-child"),
-                 ("-r", "-n"), ("-n",))
+UNSHARE_FLAGS = (("-r", "-n", "-m", "-p", "-f", "--kill-child"),
+                 ("-n", "-m", "-p", "-f", "--kill-child"), ("-r", "-n"), ("-n",))
 MISSING = {  # layer: (what is missing, what that means)
-    "network": ("network isolation", "programs run by the python tool can open sockets (UDP, Unix; TCP too "
-                "without Landlock). Run inside a container without network, or allow user namespaces"),
-    "filesystem": ("filesystem isolation", "programs can write anywhere this user can (as root: everywhere); "
+    "network": ("network isolation",
+                "programs run by the python tool can open sockets (UDP, Unix; TCP too without "
+                "Landlock). Run inside a container without network, or allow user namespaces"),
+    "filesystem": ("filesystem isolation",
+                   "programs can write anywhere this user can (as root: everywhere); "
                    "Landlock (Linux >= 5.13, lsm=landlock) is needed"),
-    "processes": ("pid namespace", "a process the program starts and detaches (setsid, double fork) can outlive "
+    "processes": ("pid namespace",
+                  "a process the program starts and detaches (setsid, double fork) can outlive "
                   "it unless the pids cgroup catches it; only its process group is killed"),
-    "process limit": ("process limit", "a fork bomb is stopped only by the time limit; give this process a "
+    "process limit": ("process limit",
+                      "a fork bomb is stopped only by the time limit; give this process a "
                       "writable pids cgroup"),
-    "disk": ("disk bound", "files in the temp dir are capped one by one (RLIMIT_FSIZE), not in number or total"),
+    "disk": ("disk bound",
+             "files in the temp dir are capped one by one (RLIMIT_FSIZE), not in number or total"),
 }
 
 
@@ -92,9 +98,11 @@ class Isolation:
 @lru_cache(maxsize=1)
 def isolation() -> Isolation:
     """The sandbox's layers here: probed once per process (a real sandboxed program checks
-    them from inside), logged once: an info line naming those in force, a warning per missing one."""
+    them from inside), logged once: an info line naming those in force, a warning per
+    missing one."""
     iso = _probe()
-    log.info("python sandbox: %s", "; ".join(f"{k}: {v}" for k, v in iso.layers().items() if v != "none"))
+    log.info("python sandbox: %s",
+             "; ".join(f"{k}: {v}" for k, v in iso.layers().items() if v != "none"))
     for name in iso.missing():
         what, means = MISSING[name]
         log.warning("python sandbox: NO %s on %s: %s.", what, sys.platform, means)
@@ -137,7 +145,8 @@ def _probe() -> Isolation:
                 if got is not None:
                     break
             else:
-                return Isolation(cgroup_base=base, process_limit=f"pids cgroup ({base})" if base else "none")
+                return Isolation(cgroup_base=base,
+                                 process_limit=f"pids cgroup ({base})" if base else "none")
         wrote = os.path.exists(os.path.join(outside, "x"))
     finally:
         shutil.rmtree(outside, ignore_errors=True)
@@ -150,7 +159,8 @@ def _probe() -> Isolation:
     return Isolation(
         prefix=tuple(prefix),
         network=f"network namespace (`unshare {' '.join(prefix[1:])}`)" if netns else "none",
-        filesystem=f"Landlock ABI {ready['landlock']} (writes only in the temp dir)" if fs else "none",
+        filesystem=(f"Landlock ABI {ready['landlock']} (writes only in the temp dir)" if fs
+                    else "none"),
         processes="pid namespace" if "-p" in prefix and check["pid"] == 2 else "none",
         process_limit=" + ".join(limits) or "none",
         disk="tmpfs on the temp dir" if ready.get("tmpfs_mb") else "none",
@@ -171,8 +181,8 @@ def _probe_run(prefix: tuple, abi: int, port: int, outside: str) -> tuple[dict, 
                "pid_max": PID_MAX if "-p" in prefix else 0,
                "argv": [sys.executable, "-I", "main.py", str(port), outside]}
         res = subprocess.run([*prefix, sys.executable, "-I", "-S", INIT, json.dumps(cfg)], cwd=root,
-                             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, stdin=subprocess.DEVNULL,
-                             capture_output=True, timeout=30)
+                             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                             stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
     except (OSError, subprocess.SubprocessError) as e:
         log.debug("sandbox probe under %s failed: %s", prefix, e)
         return None
@@ -244,7 +254,8 @@ class PidsCgroup:
                 return True
             except OSError:
                 if loop.time() > deadline:
-                    log.warning("python sandbox: cgroup %s still holds processes %s", self.path, self.pids())
+                    log.warning("python sandbox: cgroup %s still holds processes %s", self.path,
+                                self.pids())
                     return False
             await asyncio.sleep(0.005)
 
@@ -286,7 +297,8 @@ def _pids_cgroup_base() -> str | None:
             _sweep(base)
             cg = PidsCgroup(base, 8)
             try:
-                subprocess.run([sys.executable, "-S", "-c", ""], preexec_fn=cg.join, check=True, timeout=10)
+                subprocess.run([sys.executable, "-S", "-c", ""], preexec_fn=cg.join, check=True,
+                               timeout=10)
             finally:
                 os.rmdir(cg.path)
             return base
@@ -307,7 +319,8 @@ def _sweep(base: str) -> None:
     """Remove run cgroups left by processes that died (a crash between mkdir and rmdir)."""
     for name in os.listdir(base):
         parts = name.split("-")
-        if len(parts) == 3 and parts[0] == "run" and parts[1].isdigit() and not os.path.exists(f"/proc/{parts[1]}"):
+        if (len(parts) == 3 and parts[0] == "run" and parts[1].isdigit()
+                and not os.path.exists(f"/proc/{parts[1]}")):
             try:
                 os.rmdir(os.path.join(base, name))
             except OSError:
