@@ -20,5 +20,5 @@ from agentsearch.models.text import (
     train_world_tokenizer,
 )
 
-__all__ = ["MODEL_SIZES", "load_base", "load_model", "load_tokenizer", "smollm2_path", "tiny_config",
-           "train_world_tokenizer"]
+__all__ = ["MODEL_SIZES", "load_base", "load_model", "load_tokenizer", "smollm2_path",
+           "tiny_config", "train_world_tokenizer"]

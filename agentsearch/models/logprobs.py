@@ -65,7 +65,8 @@ def _gather_logprobs(logits: Tensor, targets: Tensor, temperature: float,
     if temperature != 1.0:
         logits = logits / temperature
     if suppress is not None:
-        logits = logits.index_fill(-1, torch.tensor([suppress], device=logits.device), float("-inf"))
+        logits = logits.index_fill(-1, torch.tensor([suppress], device=logits.device),
+                                   float("-inf"))
     norm = logits.logsumexp(-1)                                       # [N]
     lp = logits.gather(-1, targets[:, None]).squeeze(-1) - norm
     if not entropy:
@@ -83,13 +84,14 @@ def _head_logprobs(head: nn.Module, hidden: Tensor, targets: Tensor, temperature
 def token_logprobs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor | None = None, *,
                    temperature: float = 1.0, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
                    target_mask: Tensor | None = None, pixel_values: Tensor | None = None,
-                   with_entropy: bool = False, **image_inputs: Any) -> Tensor | tuple[Tensor, Tensor]:
+                   with_entropy: bool = False,
+                   **image_inputs: Any) -> Tensor | tuple[Tensor, Tensor]:
     """Logprob of each token given the tokens (and images) before it: [B, T] ids -> [B, T] float32.
     With ``with_entropy``, ``(logprobs, entropy)``, both [B, T]: ``entropy[b, t]`` is the
     entropy of the distribution that ``out[b, t]`` was read from (0 where ``out`` is 0).
 
-    ``out[b, t] = log p(input_ids[b, t] | input_ids[b, :t], images)`` under ``logits / temperature``.
-    ``out[b, t]`` is 0 where it is undefined or not asked for: at t = 0, where
+    ``out[b, t] = log p(input_ids[b, t] | input_ids[b, :t], images)`` under ``logits /
+    temperature``. ``out[b, t]`` is 0 where it is undefined or not asked for: at t = 0, where
     ``attention_mask[b, t]`` or ``attention_mask[b, t-1]`` is 0 (padding, and the first real
     token of a left-padded row), and where ``target_mask`` (optional [B, T] bool: only
     these positions are projected) is False. Position ids follow the attention mask
@@ -112,15 +114,17 @@ def token_logprobs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor |
         raise ValueError(f"input_ids must be [B, T], got shape {tuple(input_ids.shape)}")
     B, T = input_ids.shape
     input_ids = input_ids.long()
-    attn = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(input_ids.device).long()
+    attn = (torch.ones_like(input_ids) if attention_mask is None
+            else attention_mask.to(input_ids.device).long())
     position_ids = (attn.cumsum(-1) - 1).clamp(min=0)                 # [B, T]
-    valid = (attn[:, 1:] > 0) & (attn[:, :-1] > 0)                    # [B, T-1] target t+1 is scored
+    valid = (attn[:, 1:] > 0) & (attn[:, :-1] > 0)  # [B, T-1] target t+1 is scored
     image_id, inputs = None, {}
     if pixel_values is not None or is_vlm_model(model):
         image_id = check_image_inputs(model, input_ids, pixel_values)
         valid = valid & (input_ids[:, 1:] != image_id)
         if pixel_values is not None:
-            pixel_values = pixel_values.to(device=input_ids.device, dtype=next(model.parameters()).dtype)
+            pixel_values = pixel_values.to(device=input_ids.device,
+                                           dtype=next(model.parameters()).dtype)
         inputs = {"pixel_values": pixel_values, **image_inputs}
     if target_mask is not None:
         valid = valid & target_mask[:, 1:].to(valid.device).bool()
@@ -139,8 +143,8 @@ def token_logprobs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor |
         for s in range(0, hidden.shape[0], chunk_tokens):
             h, y = hidden[s:s + chunk_tokens], targets[s:s + chunk_tokens]
             if torch.is_grad_enabled() and h.requires_grad:
-                pieces.append(checkpoint(_head_logprobs, head, h, y, temperature, image_id, with_entropy,
-                                         use_reentrant=False))
+                pieces.append(checkpoint(_head_logprobs, head, h, y, temperature, image_id,
+                                         with_entropy, use_reentrant=False))
             else:
                 pieces.append(_head_logprobs(head, h, y, temperature, image_id, with_entropy))
     else:
@@ -148,15 +152,18 @@ def token_logprobs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor |
         logits = model(input_ids=input_ids, attention_mask=attn, use_cache=False, **kw,
                        **inputs).logits[:, :-1][valid]                # [N, V]
         pieces = [_gather_logprobs(logits[s:s + chunk_tokens], targets[s:s + chunk_tokens],
-                                   temperature, image_id, with_entropy) for s in range(0, logits.shape[0], chunk_tokens)]
+                                   temperature, image_id, with_entropy)
+                  for s in range(0, logits.shape[0], chunk_tokens)]
     # nothing to score: an empty [0] that is still attached to the graph, so backward works
-    flat = torch.cat(pieces) if pieces else (hidden if parts is not None else logits).float().sum(-1)
+    flat = (torch.cat(pieces) if pieces
+            else (hidden if parts is not None else logits).float().sum(-1))
     if with_entropy and not pieces:
         flat = flat[:, None].expand(-1, 2)
     cols = flat.unbind(-1) if with_entropy else (flat,)
     out = []
     for col in cols:                                                  # logprobs (and entropy)
-        full = torch.zeros(B, T - 1, dtype=torch.float32, device=col.device).masked_scatter(valid, col)
+        full = (torch.zeros(B, T - 1, dtype=torch.float32, device=col.device)
+                .masked_scatter(valid, col))
         out.append(torch.cat([full.new_zeros(B, 1), full], dim=1))    # [B, T]
     return tuple(out) if with_entropy else out[0]
 
@@ -175,7 +182,8 @@ def _effective_lengths(group_mask: Tensor) -> Tensor:
     """Per row, 1 + index of the last policy token (0 if none): [n, T] -> [n]."""
     T = group_mask.shape[1]
     pos = torch.arange(1, T + 1).expand_as(group_mask)
-    return torch.where(group_mask, pos, 0).amax(1) if T else torch.zeros(group_mask.shape[0], dtype=torch.long)
+    return (torch.where(group_mask, pos, 0).amax(1) if T
+            else torch.zeros(group_mask.shape[0], dtype=torch.long))
 
 
 def make_score_fn(model: nn.Module, *, device: Any = None, max_batch_tokens: int = 16384,
@@ -223,11 +231,13 @@ def make_score_fn(model: nn.Module, *, device: Any = None, max_batch_tokens: int
                         ids[b, :length] = groups[gi].token_ids[ri, :length]
                         attn[b, :length] = 1
                         tmask[b, :length] = groups[gi].action_mask[ri, :length]
-                    pixels = batch_pixels(model, ids, [groups[gi].pixel_values[ri] if groups[gi].pixel_values
-                                                       else None for _, gi, ri in batch], device)
+                    pixels = batch_pixels(model, ids,
+                                          [groups[gi].pixel_values[ri] if groups[gi].pixel_values
+                                           else None for _, gi, ri in batch], device)
                     lp = token_logprobs(model, ids.to(device), attn.to(device),
                                         temperature=temperature, chunk_tokens=chunk_tokens,
-                                        target_mask=tmask.to(device), pixel_values=pixels).float().cpu()
+                                        target_mask=tmask.to(device),
+                                        pixel_values=pixels).float().cpu()
                     for b, (length, gi, ri) in enumerate(batch):
                         outs[gi][ri, :length] = lp[b, :length]
         finally:

@@ -14,7 +14,8 @@ from contextlib import contextmanager
 
 import torch
 
-__all__ = ["apply_lora", "frozen_reference", "reference_policy", "count_parameters", "REFERENCE_ADAPTER"]
+__all__ = ["apply_lora", "frozen_reference", "reference_policy", "count_parameters",
+           "REFERENCE_ADAPTER"]
 
 REFERENCE_ADAPTER = "reference"
 
@@ -31,8 +32,9 @@ def apply_lora(model, settings):
     present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     targets = [t for t in settings.target_modules if t in present]
     if not targets:
-        raise ValueError(f"none of lora.target_modules={settings.target_modules} exist in the model; "
-                         f"linear layers here include {sorted(n for n in present if 'proj' in n)[:10]}")
+        raise ValueError(f"none of lora.target_modules={settings.target_modules} exist in the "
+                         "model; linear layers here include "
+                         f"{sorted(n for n in present if 'proj' in n)[:10]}")
     cfg = LoraConfig(r=settings.r, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
                      target_modules=targets, task_type="CAUSAL_LM")
     return get_peft_model(model, cfg)
@@ -49,7 +51,8 @@ def frozen_reference(model, weights: dict[str, torch.Tensor]):
         return ref.requires_grad_(False)
     active = model.active_adapter
     if REFERENCE_ADAPTER not in model.peft_config:
-        model.add_adapter(REFERENCE_ADAPTER, model.peft_config[active])  # added frozen; `active` stays
+        # added frozen; `active` stays
+        model.add_adapter(REFERENCE_ADAPTER, model.peft_config[active])
     with torch.no_grad():
         for name, p in model.named_parameters():
             if f".{REFERENCE_ADAPTER}." in name:
@@ -71,7 +74,8 @@ def reference_policy(model):
     try:
         yield model
     finally:
-        model.set_adapter(active)  # the policy's adapter: active and trainable; the reference frozen
+        # the policy's adapter: active and trainable; the reference frozen
+        model.set_adapter(active)
         model.train(training)
 
 

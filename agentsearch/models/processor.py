@@ -46,8 +46,8 @@ class ImageTextTokenizer:
         from agentsearch.models.vlm import expand_image_tokens
 
         if isinstance(text, str):
-            return self.tok(expand_image_tokens(text, self.processor), add_special_tokens=add_special_tokens,
-                            **kwargs)
+            return self.tok(expand_image_tokens(text, self.processor),
+                            add_special_tokens=add_special_tokens, **kwargs)
         return self.tok([expand_image_tokens(t, self.processor) for t in text],
                         add_special_tokens=add_special_tokens, **kwargs)
 
@@ -55,7 +55,8 @@ class ImageTextTokenizer:
         """``[n, 3, H, W]`` float32 pixels of ``images`` (None for none)."""
         from agentsearch.models.vlm import DEFAULT_MAX_PIXELS, prepare_images
 
-        return prepare_images(self.processor, list(images), max_pixels=self.max_pixels or DEFAULT_MAX_PIXELS)
+        return prepare_images(self.processor, list(images),
+                              max_pixels=self.max_pixels or DEFAULT_MAX_PIXELS)
 
     def save_pretrained(self, folder) -> None:
         self.processor.save_pretrained(folder)

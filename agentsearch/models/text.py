@@ -113,7 +113,8 @@ def load_tokenizer(name_or_path: str = "tiny"):
 
 
 _PROBE = ('Question: In what year was Ky Stethith born?\n\n\n<information>Doc 1(Title: "Ky") '
-          "Ky (born 1887) 's , . 12,000</information>\n\n <search> x </search> <answer> 7 </answer>")
+          "Ky (born 1887) 's , . 12,000</information>\n\n"
+          " <search> x </search> <answer> 7 </answer>")
 
 
 def _matches_file(tok, file: Path) -> bool:
@@ -121,7 +122,8 @@ def _matches_file(tok, file: Path) -> bool:
     from tokenizers import Tokenizer
 
     raw = Tokenizer.from_file(str(file))
-    return tok.encode(_PROBE, add_special_tokens=False) == raw.encode(_PROBE, add_special_tokens=False).ids
+    return (tok.encode(_PROBE, add_special_tokens=False)
+            == raw.encode(_PROBE, add_special_tokens=False).ids)
 
 
 def tiny_config(size: str = "tiny", vocab_size: int | None = None, max_positions: int = 2048):
@@ -164,7 +166,8 @@ def smollm2_path() -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, fname = _gguf_source()
-    print(f"converting the offline SmolLM2 ({fname}) to safetensors in {out} (once, ~20 s)", flush=True)
+    print(f"converting the offline SmolLM2 ({fname}) to safetensors in {out} (once, ~20 s)",
+          flush=True)
     tok = _with_tool_template(AutoTokenizer.from_pretrained(folder, gguf_file=fname))
     gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=fname)
     # A model loaded from GGUF is marked quantized and refuses save_pretrained, even though
@@ -202,7 +205,8 @@ def load_model(name_or_path: str = "tiny", *, dtype: Any = None, device: str | N
         if not Path(path).exists() and "/" not in path:
             raise ValueError(f"unknown model {name_or_path!r}: use one of "
                              f"{sorted(MODEL_SIZES) + ['smollm2']}, a folder, or a cached HF name")
-        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype or torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True,
+                                                     dtype=dtype or torch.float32)
     if dtype is not None:
         model = model.to(dtype)
     if device is not None:
@@ -235,7 +239,8 @@ def train_world_tokenizer(out_dir: str | Path = TOKENIZER_DIR, vocab_size: int =
     Trained on those worlds' text (articles, questions) plus the turn protocol's tags and
     the chat template's text, so agent turns tokenise compactly. Deterministic for the seeds.
     The shipped ``world`` tokenizer is world 0's (the training world: its names come out
-    shorter than any other world's); ``worlds`` is ``WORLDS_TOKENIZER_SEEDS``' (no world privileged).
+    shorter than any other world's); ``worlds`` is ``WORLDS_TOKENIZER_SEEDS``' (no
+    world privileged).
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 

@@ -1,7 +1,7 @@
 """The shipped base model ``tiny-base``: its recipe and its build record.
 
-``scripts/build_base.py`` trains it once from the recipe ``agentsearch/configs/base-tiny.yaml`` (a warm
-start only: pretraining on disjoint worlds, then SFT; see that file) and writes
+``scripts/build_base.py`` trains it once from the recipe ``agentsearch/configs/base-tiny.yaml`` (a
+warm start only: pretraining on disjoint worlds, then SFT; see that file) and writes
 ``agentsearch/data/assets/tiny-base/``: ``model.safetensors``, ``config.json``, the tokenizer,
 and ``build.json`` (the recipe, a fingerprint of the code that makes its training data, the
 dev evaluation measured at build time, how long it took; ``agentsearch.recipes.base_build``
@@ -19,14 +19,16 @@ from pathlib import Path
 from agentsearch.core.config import ConfigError
 from agentsearch.data.paths import BASE_DIR, BASE_DIRS, tokenizer_dir
 
-__all__ = ["BASE_DIR", "BASE_DIRS", "BASE_RECIPE", "BASE_RECIPES", "REBUILD_HINT", "check_base", "tokenizer_fingerprint"]
+__all__ = ["BASE_DIR", "BASE_DIRS", "BASE_RECIPE", "BASE_RECIPES", "REBUILD_HINT", "check_base",
+           "tokenizer_fingerprint"]
 
 BASE_RECIPE = "base-tiny"
 """The preset (``agentsearch/configs/base-tiny.yaml``) that ``scripts/build_base.py`` builds."""
 BASE_RECIPES = {"tiny-base": BASE_RECIPE, "tiny-chain-base": "base-chains",
                 "tiny-chain-base-worlds": "base-chains-worlds", "tiny-math-base": "base-math"}
 """The recipe preset of every shipped base (``data.paths.BASE_DIRS`` says where it lives)."""
-REBUILD_HINT = (f"rebuild it with: python scripts/build_base.py [--base {'|'.join(b for b in BASE_RECIPES if b != 'tiny-base')}] "
+REBUILD_HINT = ("rebuild it with: python scripts/build_base.py [--base "
+                f"{'|'.join(b for b in BASE_RECIPES if b != 'tiny-base')}] "
                 "(10-40 minutes on 2 CPU cores)")
 
 
@@ -47,7 +49,8 @@ def check_base(folder: Path = BASE_DIR) -> dict:
         build = json.loads((folder / "build.json").read_text())
     except (OSError, ValueError) as e:
         raise ConfigError(f"{folder}/build.json is unreadable ({e}); {REBUILD_HINT}") from None
-    tokenizer = tokenizer_dir(build.get("recipe", {}).get("model", "tiny"))  # the one it was built from
+    # the one it was built from
+    tokenizer = tokenizer_dir(build.get("recipe", {}).get("model", "tiny"))
     if build.get("tokenizer_sha256") != tokenizer_fingerprint(tokenizer):
         raise ConfigError(f"the base in {folder} was built for another tokenizer than the shipped "
                           f"{tokenizer}; {REBUILD_HINT}")

@@ -22,8 +22,8 @@ in row-major order of the batch. The image processor is transformers' PIL one
 a task about the left edge keeps its left edge).
 
 Scoring and sampling: ``agentsearch.models.logprobs.token_logprobs`` takes the images
-(``pixel_values``) with the same positions, padding and temperature conventions as text. The image token is
-not an action of the policy: ``ImageTokenSuppressor`` keeps generation from sampling it (a
+(``pixel_values``) with the same positions, padding and temperature conventions as text. The image
+token is not an action of the policy: ``ImageTokenSuppressor`` keeps generation from sampling it (a
 sampled ``<image>`` would have no image to fill it), and ``token_logprobs`` takes the
 softmax over the same vocabulary without it and never scores a position whose token is an
 image token, so generation-time and teacher-forced logprobs are the same quantity.
@@ -42,9 +42,9 @@ if TYPE_CHECKING:
 
 # torch and transformers are imported where used: environments import IMAGE_TOKEN, check_images
 
-__all__ = ["IMAGE_TOKEN", "DEFAULT_MAX_PIXELS", "tiny_vlm", "load_vlm", "save_vlm", "image_token_id",
-           "tokens_per_image", "expand_image_tokens", "check_images", "prepare_images",
-           "collate_pixel_values", "check_image_inputs", "ImageTokenSuppressor"]
+__all__ = ["IMAGE_TOKEN", "DEFAULT_MAX_PIXELS", "tiny_vlm", "load_vlm", "save_vlm",
+           "image_token_id", "tokens_per_image", "expand_image_tokens", "check_images",
+           "prepare_images", "collate_pixel_values", "check_image_inputs", "ImageTokenSuppressor"]
 
 IMAGE_TOKEN = "<image>"
 """The placeholder an environment writes once per image (``agentsearch.envs.vision`` too)."""
@@ -71,11 +71,13 @@ def check_images(images: Sequence[Any], n_placeholders: int | None = None, *,
     for i, im in enumerate(images):
         w, h = _image_size(im)
         if w * h > max_pixels:
-            raise ValueError(f"image {i} is {w}x{h} = {w * h} pixels, over the limit of {max_pixels}; "
-                             "downscale it first (PIL: image.thumbnail((1024, 1024))) or raise max_pixels")
+            raise ValueError(f"image {i} is {w}x{h} = {w * h} pixels, over the limit of "
+                             f"{max_pixels}; downscale it first "
+                             "(PIL: image.thumbnail((1024, 1024))) or raise max_pixels")
     if n_placeholders is not None and n_placeholders != len(images):
-        raise ValueError(f"the text has {n_placeholders} {IMAGE_TOKEN} placeholder(s) but {len(images)} "
-                         f"image(s) were given: write {IMAGE_TOKEN} once where each image goes")
+        raise ValueError(f"the text has {n_placeholders} {IMAGE_TOKEN} placeholder(s) but "
+                         f"{len(images)} image(s) were given: write {IMAGE_TOKEN} once where each "
+                         "image goes")
 
 
 _PROCESSOR_CLASS = None
@@ -93,9 +95,12 @@ def _processor_class():
 
             def __call__(self, images=None, text=None, **kwargs):
                 texts = [text] if isinstance(text, str) else list(text or [])
-                imgs = [] if images is None else [images] if not isinstance(images, (list, tuple)) else \
-                    [im for x in images for im in (x if isinstance(x, (list, tuple)) else [x])]
-                check_images(imgs, sum(t.count(self.image_token) for t in texts), max_pixels=self.max_pixels)
+                imgs = ([] if images is None
+                        else [images] if not isinstance(images, (list, tuple))
+                        else [im for x in images
+                              for im in (x if isinstance(x, (list, tuple)) else [x])])
+                check_images(imgs, sum(t.count(self.image_token) for t in texts),
+                             max_pixels=self.max_pixels)
                 return super().__call__(images=images if imgs else None, text=text, **kwargs)
 
         TinyVLMProcessor.__module__ = __name__
@@ -110,8 +115,9 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def tiny_vlm(seed: int | None = 0, image_size: int = 64, *, patch_size: int = 16, text: str = "tiny",
-             vision_hidden: int = 64, vision_layers: int = 2, vision_heads: int = 4):
+def tiny_vlm(seed: int | None = 0, image_size: int = 64, *, patch_size: int = 16,
+             text: str = "tiny", vision_hidden: int = 64, vision_layers: int = 2,
+             vision_heads: int = 4):
     """``(model, processor)``: a random-init LLaVA (CLIP tower + projector + Qwen2 text model).
 
     ``text`` is a size of ``agentsearch.models.MODEL_SIZES`` (random text weights), or
@@ -136,7 +142,8 @@ def tiny_vlm(seed: int | None = 0, image_size: int = 64, *, patch_size: int = 16
     text_cfg = tiny_config("tiny" if text == "tiny-base" else text, vocab_size=len(tok))
     vision_cfg = CLIPVisionConfig(hidden_size=vision_hidden, intermediate_size=2 * vision_hidden,
                                   num_hidden_layers=vision_layers, num_attention_heads=vision_heads,
-                                  image_size=image_size, patch_size=patch_size, projection_dim=vision_hidden)
+                                  image_size=image_size, patch_size=patch_size,
+                                  projection_dim=vision_hidden)
     n_tokens = (image_size // patch_size) ** 2
     cfg = LlavaConfig(vision_config=vision_cfg, text_config=text_cfg, image_token_index=image_id,
                       image_seq_length=n_tokens, vision_feature_layer=-1,
@@ -154,12 +161,13 @@ def tiny_vlm(seed: int | None = 0, image_size: int = 64, *, patch_size: int = 16
         model.tie_weights()
     model.generation_config.pad_token_id = tok.pad_token_id
     model.generation_config.eos_token_id = tok.eos_token_id
-    ip = CLIPImageProcessorPil(size={"height": image_size, "width": image_size}, do_center_crop=False,
+    ip = CLIPImageProcessorPil(size={"height": image_size, "width": image_size},
+                               do_center_crop=False,
                                crop_size={"height": image_size, "width": image_size})
     # CLIP's class token (num_additional_image_tokens=1) is dropped by the "default" strategy
     processor = _processor_class()(image_processor=ip, tokenizer=tok, patch_size=patch_size,
-                                   vision_feature_select_strategy="default", num_additional_image_tokens=1,
-                                   image_token=IMAGE_TOKEN)
+                                   vision_feature_select_strategy="default",
+                                   num_additional_image_tokens=1, image_token=IMAGE_TOKEN)
     return model.eval(), processor
 
 
@@ -184,9 +192,9 @@ def load_vlm(name_or_path: str = "tiny-vlm", *, dtype: Any = None, device: str |
         cfg_file = path / "config.json"
         cfg = json.loads(cfg_file.read_text()) if cfg_file.is_file() else {}
         if cfg and "vision_config" not in cfg:
-            raise ValueError(f"{name_or_path} is a text-only model ({cfg.get('model_type', '?')}: no "
-                             "vision_config); load it with agentsearch.models.load_model, and use a VLM "
-                             "('tiny-vlm', Qwen2.5-VL, SmolVLM) for image tasks")
+            raise ValueError(f"{name_or_path} is a text-only model ({cfg.get('model_type', '?')}: "
+                             "no vision_config); load it with agentsearch.models.load_model, and "
+                             "use a VLM ('tiny-vlm', Qwen2.5-VL, SmolVLM) for image tasks")
         if cfg.get("model_type") == "llava" and (path / "processor_config.json").is_file():
             from transformers import CLIPImageProcessorPil, LlavaForConditionalGeneration
 
@@ -199,7 +207,8 @@ def load_vlm(name_or_path: str = "tiny-vlm", *, dtype: Any = None, device: str |
                 patch_size=pcfg["patch_size"], image_token=pcfg.get("image_token", IMAGE_TOKEN),
                 vision_feature_select_strategy=pcfg["vision_feature_select_strategy"],
                 num_additional_image_tokens=pcfg.get("num_additional_image_tokens", 0))
-            model = LlavaForConditionalGeneration.from_pretrained(path, dtype=dtype or torch.float32)
+            model = LlavaForConditionalGeneration.from_pretrained(
+                path, dtype=dtype or torch.float32)
         elif path.exists() or "/" in name_or_path:
             # a real HF VLM (Qwen2.5-VL, SmolVLM, ...): its own processor; their image processors
             # fall back to PIL when torchvision is missing
@@ -229,9 +238,10 @@ def image_token_id(model_or_processor) -> int:
         _, cfg = _config(model_or_processor)
         tid = getattr(cfg, "image_token_id", getattr(cfg, "image_token_index", None))
         if tid is None:
-            raise ValueError(f"{type(model_or_processor).__name__} ({getattr(cfg, 'model_type', '?')}) has no "
-                             "image token: it is a text-only model. Use a VLM for image tasks "
-                             "(load_vlm('tiny-vlm'), Qwen2.5-VL, SmolVLM), or a text-only environment")
+            raise ValueError(f"{type(model_or_processor).__name__} "
+                             f"({getattr(cfg, 'model_type', '?')}) has no image token: it is a "
+                             "text-only model. Use a VLM for image tasks (load_vlm('tiny-vlm'), "
+                             "Qwen2.5-VL, SmolVLM), or a text-only environment")
         return int(tid)
     tid = getattr(model_or_processor, "image_token_id", None)
     if tid is None or not hasattr(model_or_processor, "image_processor"):
@@ -247,7 +257,8 @@ def tokens_per_image(model_or_processor) -> int:
         _, cfg = _config(model_or_processor)
         v = getattr(cfg, "vision_config", None)
         if v is None or getattr(cfg, "model_type", None) != "llava":
-            raise ValueError("tokens_per_image needs a LLaVA-style config; other VLMs vary per image")
+            raise ValueError("tokens_per_image needs a LLaVA-style config; other VLMs vary per "
+                             "image")
         return (v.image_size // v.patch_size) ** 2 + (cfg.vision_feature_select_strategy == "full")
     p = model_or_processor
     image_token_id(p)
@@ -255,7 +266,8 @@ def tokens_per_image(model_or_processor) -> int:
         raise ValueError(f"{type(p).__name__} does not use a fixed number of tokens per image")
     crop = p.image_processor.crop_size if getattr(p.image_processor, "do_center_crop", False) \
         else p.image_processor.size
-    n = (crop["height"] // p.patch_size) * (crop["width"] // p.patch_size) + p.num_additional_image_tokens
+    n = ((crop["height"] // p.patch_size) * (crop["width"] // p.patch_size)
+         + p.num_additional_image_tokens)
     return n - (p.vision_feature_select_strategy == "default")
 
 
@@ -288,13 +300,15 @@ def collate_pixel_values(input_ids: Tensor, row_pixel_values: Sequence[Tensor | 
 
     iid, per = image_token_id(model_or_processor), tokens_per_image(model_or_processor)
     if len(row_pixel_values) != input_ids.shape[0]:
-        raise ValueError(f"{len(row_pixel_values)} rows of images for {input_ids.shape[0]} rows of ids")
+        raise ValueError(f"{len(row_pixel_values)} rows of images for {input_ids.shape[0]} rows of "
+                         "ids")
     out = []
     for b, pv in enumerate(row_pixel_values):
         n_tok, have = int((input_ids[b] == iid).sum()), 0 if pv is None else len(pv)
         if n_tok % per or n_tok // per > have:
-            raise ValueError(f"row {b} holds {n_tok} image tokens, not a whole number of images of {per} "
-                             f"tokens out of its {have} image(s): cut rows between images, not inside one")
+            raise ValueError(f"row {b} holds {n_tok} image tokens, not a whole number of images of "
+                             f"{per} tokens out of its {have} image(s): cut rows between images, "
+                             "not inside one")
         if n_tok:
             out.append(pv[:n_tok // per])
     return torch.cat(out) if out else None
@@ -314,12 +328,12 @@ def check_image_inputs(model, input_ids: Tensor, pixel_values: Tensor | None) ->
     if n_tokens != per * n_images:
         raise ValueError(f"input_ids hold {n_tokens} image tokens but {n_images} image(s) need "
                          f"{per * n_images} ({per} each): expand each {IMAGE_TOKEN} with the "
-                         "processor (or expand_image_tokens) and pass exactly the images of the batch, "
-                         "in order")
+                         "processor (or expand_image_tokens) and pass exactly the images of the "
+                         "batch, in order")
     size = cfg.vision_config.image_size
     if n_images and tuple(pixel_values.shape[-2:]) != (size, size):
-        raise ValueError(f"pixel_values are {tuple(pixel_values.shape[-2:])}, the vision tower takes "
-                         f"{size}x{size}: preprocess images with processor.image_processor")
+        raise ValueError(f"pixel_values are {tuple(pixel_values.shape[-2:])}, the vision tower "
+                         f"takes {size}x{size}: preprocess images with processor.image_processor")
     return image_id
 
 
