@@ -27,10 +27,11 @@ from agentsearch.retrievers.base import (
     register_retriever,
 )
 
-__all__ = ["Hit", "Retriever", "RetrieverError", "RetrieverUnavailable", "SyncRetrieverMixin", "format_hits", "REGISTRY",
-           "register_retriever", "KINDS", "build_index", "load_retriever", "world_index",
-           "MicroBatcher", "BatchingRetriever", "HybridRetriever", "RemoteRetriever",
-           "probe_service", "serve_in_thread", "create_app", "adopt_faiss", "adopt_lucene"]
+__all__ = ["Hit", "Retriever", "RetrieverError", "RetrieverUnavailable", "SyncRetrieverMixin",
+           "format_hits", "REGISTRY", "register_retriever", "KINDS", "build_index",
+           "load_retriever", "world_index", "MicroBatcher", "BatchingRetriever", "HybridRetriever",
+           "RemoteRetriever", "probe_service", "serve_in_thread", "create_app", "adopt_faiss",
+           "adopt_lucene"]
 
 _LAZY = {
     "KINDS": "index", "build_index": "index", "load_retriever": "index", "world_index": "index",

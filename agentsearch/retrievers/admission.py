@@ -72,7 +72,8 @@ class Admission:
                  clock: Callable[[], float] = time.monotonic):
         if min(max_requests, max_queries, max_body_bytes) < 1:
             raise ValueError("admission bounds must be >= 1")
-        self.max_requests, self.max_queries, self.max_body_bytes = max_requests, max_queries, max_body_bytes
+        self.max_requests, self.max_queries = max_requests, max_queries
+        self.max_body_bytes = max_body_bytes
         self._clock = clock
         self.requests = self.queries = self.body_bytes = 0  # in flight now
         self.peak_requests = self.peak_queries = 0
@@ -89,12 +90,15 @@ class Admission:
         """Admit a request whose body (``body_bytes`` declared) is not read yet, or raise
         ``Overloaded``."""
         if self.requests + 1 > self.max_requests:
-            self._shed("requests", f"{self.requests} requests in flight, the bound", "--max-inflight")
+            self._shed("requests", f"{self.requests} requests in flight, the bound",
+                       "--max-inflight")
         if self.queries + 1 > self.max_queries:
-            self._shed("queries", f"{self.queries:,} queries in flight, the bound", "--max-inflight-queries")
+            self._shed("queries", f"{self.queries:,} queries in flight, the bound",
+                       "--max-inflight-queries")
         if self.requests and self.body_bytes + body_bytes > self.max_body_bytes:
             self._shed("body_bytes", f"{self.body_bytes:,} body bytes in flight and this request's "
-                                     f"{body_bytes:,} would pass the bound of {self.max_body_bytes:,}",
+                                     f"{body_bytes:,} would pass the bound of "
+                                     f"{self.max_body_bytes:,}",
                        "--max-inflight-body-mb")
         if self.requests == 0:
             self._busy_since = self._clock()
@@ -113,8 +117,9 @@ class Admission:
         if more <= 0:
             return
         if self.requests > 1 and self.body_bytes + more > self.max_body_bytes:
-            self._shed("body_bytes", f"{self.body_bytes:,} body bytes in flight and this request's body "
-                                     f"would pass the bound of {self.max_body_bytes:,}", "--max-inflight-body-mb")
+            self._shed("body_bytes", f"{self.body_bytes:,} body bytes in flight and this request's "
+                                     f"body would pass the bound of {self.max_body_bytes:,}",
+                       "--max-inflight-body-mb")
         self.body_bytes += more
         ticket.body_bytes = size
 
@@ -154,7 +159,8 @@ class Admission:
         """Queries served per busy second (None before the first measurement)."""
         if self._rate is not None:
             return self._rate
-        busy = self._busy_s + (self._clock() - self._busy_since if self._busy_since is not None else 0.0)
+        busy = self._busy_s + (self._clock() - self._busy_since if self._busy_since is not None
+                               else 0.0)
         return self._window_queries / busy if busy > 0.05 and self._window_queries else None
 
     def retry_after(self) -> int:
@@ -178,7 +184,7 @@ class Admission:
                 "inflight": self.requests, "inflight_queries": self.queries,
                 "inflight_body_bytes": self.body_bytes,
                 "peak_inflight": self.peak_requests, "peak_inflight_queries": self.peak_queries,
-                "admitted": self.admitted, "shed": dict(self.shed), "shed_total": sum(self.shed.values()),
-                "served_queries": self.served_queries,
+                "admitted": self.admitted, "shed": dict(self.shed),
+                "shed_total": sum(self.shed.values()), "served_queries": self.served_queries,
                 "service_rate_qps": None if rate is None else round(rate, 1),
                 "retry_after_s": self.retry_after()}

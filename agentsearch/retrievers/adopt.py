@@ -2,9 +2,9 @@
 
 ::
 
-    agentsearch index adopt --faiss e5_Flat.index --corpus wiki-18.jsonl --encoder intfloat/e5-base-v2
-    agentsearch index adopt --lucene bm25 --corpus wiki-18.jsonl
-    agentsearch serve --index e5_Flat-agentsearch
+  agentsearch index adopt --faiss e5_Flat.index --corpus wiki-18.jsonl --encoder intfloat/e5-base-v2
+  agentsearch index adopt --lucene bm25 --corpus wiki-18.jsonl
+  agentsearch serve --index e5_Flat-agentsearch
 
 What Search-R1 ships, and what its ``index_builder.py`` writes (read from its code):
 
@@ -67,10 +67,12 @@ def inspect_faiss(path: str | Path) -> dict:
     try:
         index = faiss.read_index(str(path), flags)  # already of its own class (IndexFlatIP, ...)
     except RuntimeError as e:
-        raise RetrieverError(f"cannot read {path} as a FAISS index: {str(e).splitlines()[0]}") from None
-    metric = {faiss.METRIC_INNER_PRODUCT: "inner_product", faiss.METRIC_L2: "l2"}.get(index.metric_type)
-    info = {"ntotal": int(index.ntotal), "dim": int(index.d), "metric": metric or str(index.metric_type),
-            "faiss_class": type(index).__name__}
+        raise RetrieverError(f"cannot read {path} as a FAISS index: "
+                             f"{str(e).splitlines()[0]}") from None
+    metric = {faiss.METRIC_INNER_PRODUCT: "inner_product",
+              faiss.METRIC_L2: "l2"}.get(index.metric_type)
+    info = {"ntotal": int(index.ntotal), "dim": int(index.d),
+            "metric": metric or str(index.metric_type), "faiss_class": type(index).__name__}
     if isinstance(index, faiss.IndexFlat):
         return {**info, "index_type": "flat"}
     if hasattr(index, "hnsw"):
@@ -96,7 +98,8 @@ def _default_out(src: Path) -> Path:
     return src.with_name(f"{src.stem if src.is_file() else src.name}-agentsearch")
 
 
-def adopt_faiss(faiss_path: str | Path, corpus: str | Path, encoder: str, out_dir: str | Path | None = None,
+def adopt_faiss(faiss_path: str | Path, corpus: str | Path, encoder: str,
+                out_dir: str | Path | None = None,
                 *, pooling: str = "mean", max_length: int = 256, query_prefix: str | None = None,
                 passage_prefix: str | None = None, copy: bool = False) -> Path:
     """Wrap Search-R1's FAISS file (vectors of ``encoder`` over ``corpus``, row order) as a
@@ -114,19 +117,21 @@ def adopt_faiss(faiss_path: str | Path, corpus: str | Path, encoder: str, out_di
                   query_prefix=qp if query_prefix is None else query_prefix,
                   passage_prefix=pp if passage_prefix is None else passage_prefix)
     if enc.dim != info["dim"]:
-        raise RetrieverError(f"{faiss_path} holds {info['dim']}-d vectors but encoder {enc.name!r} makes "
-                             f"{enc.dim}-d ones; pass the encoder the index was built with "
+        raise RetrieverError(f"{faiss_path} holds {info['dim']}-d vectors but encoder {enc.name!r} "
+                             f"makes {enc.dim}-d ones; pass the encoder the index was built with "
                              "(Search-R1's e5 indexes: intfloat/e5-base-v2)")
     docs = DocStore.from_corpus(corpus)
     if info["ntotal"] != len(docs):
-        raise RetrieverError(f"{faiss_path} holds {info['ntotal']:,} vectors but {corpus} has {len(docs):,} "
-                             "rows; pass the corpus the index was built from (vector i is row i)")
+        raise RetrieverError(f"{faiss_path} holds {info['ntotal']:,} vectors but {corpus} has "
+                             f"{len(docs):,} rows; pass the corpus the index was built from "
+                             "(vector i is row i)")
     params = {k: info[k] for k in ("ef_search", "nlist", "nprobe") if k in info}
     with staging(out_dir) as tmp:
         how = _place(faiss_path, tmp / "index.faiss", copy)
         finish_index(tmp, docs, f"dense-{info['index_type']}", corpus, t0, {
             **enc.config(), "index_type": info["index_type"], "metric": info["metric"], **params,
-            "adopted_from": str(faiss_path.resolve()), "adopted_as": how, "faiss_class": info["faiss_class"]})
+            "adopted_from": str(faiss_path.resolve()), "adopted_as": how,
+            "faiss_class": info["faiss_class"]})
     return out_dir
 
 
@@ -153,13 +158,13 @@ def adopt_lucene(lucene_dir: str | Path, corpus: str | Path, out_dir: str | Path
     n = searcher.num_docs
     docs = DocStore.from_corpus(corpus)
     if n != len(docs):
-        raise RetrieverError(f"{lucene_dir} holds {n:,} documents but {corpus} has {len(docs):,} rows; "
-                             "pass the corpus the index was built from")
+        raise RetrieverError(f"{lucene_dir} holds {n:,} documents but {corpus} has {len(docs):,} "
+                             "rows; pass the corpus the index was built from")
     ids = set(docs.ids)
     strangers = [d for d in {searcher.doc(i).docid() for i in (0, n // 2, n - 1)} if d not in ids]
     if strangers:
-        raise RetrieverError(f"{lucene_dir} holds documents {strangers[:3]} that are not ids of {corpus}; "
-                             "pass the corpus the index was built from")
+        raise RetrieverError(f"{lucene_dir} holds documents {strangers[:3]} that are not ids of "
+                             f"{corpus}; pass the corpus the index was built from")
     getattr(searcher, "close", lambda: None)()
     with staging(out_dir) as tmp:
         how = _place(lucene_dir, tmp / "lucene", copy)
@@ -170,7 +175,8 @@ def adopt_lucene(lucene_dir: str | Path, corpus: str | Path, out_dir: str | Path
 
 
 def main(a) -> int:
-    """``agentsearch index adopt (--faiss FILE --encoder E | --lucene DIR) --corpus FILE [--out DIR]``."""
+    """``agentsearch index adopt (--faiss FILE --encoder E | --lucene DIR) --corpus FILE
+    [--out DIR]``."""
     from agentsearch.retrievers.store import read_manifest
 
     try:
@@ -178,8 +184,10 @@ def main(a) -> int:
             if not a.encoder:
                 raise RetrieverError("--faiss needs --encoder: the model the vectors came from "
                                      "(Search-R1's e5 indexes: intfloat/e5-base-v2)")
-            out = adopt_faiss(a.faiss, a.corpus, a.encoder, a.out, pooling=a.pooling, max_length=a.max_length,
-                              query_prefix=a.query_prefix, passage_prefix=a.passage_prefix, copy=a.copy)
+            out = adopt_faiss(a.faiss, a.corpus, a.encoder, a.out, pooling=a.pooling,
+                              max_length=a.max_length,
+                              query_prefix=a.query_prefix, passage_prefix=a.passage_prefix,
+                              copy=a.copy)
         else:
             out = adopt_lucene(a.lucene, a.corpus, a.out, copy=a.copy)
     except (RetrieverError, ValueError, OSError) as e:
@@ -187,6 +195,6 @@ def main(a) -> int:
         return 2
     m = read_manifest(out)
     how = {"link": "linked to", "copy": "copied from"}[m["adopted_as"]]
-    print(f"adopted a {m['kind']} index of {m['num_docs']:,} documents ({how} {m['adopted_from']}) in "
-          f"{m['build_seconds']} s: {out}\n  serve it: agentsearch serve --index {out}")
+    print(f"adopted a {m['kind']} index of {m['num_docs']:,} documents ({how} {m['adopted_from']}) "
+          f"in {m['build_seconds']} s: {out}\n  serve it: agentsearch serve --index {out}")
     return 0

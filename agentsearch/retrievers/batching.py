@@ -147,7 +147,8 @@ class MicroBatcher:
                 chunk = queries[s:s + self.max_batch]
                 got = await self.fn(chunk, k)
                 if len(got) != len(chunk):
-                    raise RuntimeError(f"batch search returned {len(got)} lists for {len(chunk)} queries")
+                    raise RuntimeError(f"batch search returned {len(got)} lists for {len(chunk)} "
+                                       "queries")
                 results.extend(got)
                 self.stats["batches"] += 1
                 self.stats["queries_sent"] += len(chunk)
@@ -175,7 +176,8 @@ class BatchingRetriever:
     def __init__(self, retriever: Retriever, window_ms: float = 5.0, max_batch: int = 256,
                  max_inflight: int = 2, idle_fire: bool = False):
         self.retriever = retriever
-        self.batcher = MicroBatcher(retriever.asearch, window_ms, max_batch, max_inflight, idle_fire)
+        self.batcher = MicroBatcher(retriever.asearch, window_ms, max_batch, max_inflight,
+                                    idle_fire)
 
     def search(self, queries: list[str], k: int = 3) -> list[list[Hit]]:
         return self.retriever.search(queries, k)

@@ -70,7 +70,8 @@ class Analyzer:
                 import Stemmer
             except ImportError as e:
                 raise RetrieverError("this index was built with the Snowball stemmer; install "
-                                     "PyStemmer (pip install PyStemmer) or rebuild with stemmer='s'") from e
+                                     "PyStemmer (pip install PyStemmer) or rebuild with "
+                                     "stemmer='s'") from e
             self._stem = Stemmer.Stemmer("english").stemWord
         elif stemmer == "s":
             self._stem = _s_stem
@@ -161,11 +162,13 @@ class Bm25sRetriever(SyncRetrieverMixin):
         try:
             model = bm25s.BM25.load(str(index_dir / "bm25s"), mmap=False, load_vocab=True)
         except (OSError, ValueError, json.JSONDecodeError) as e:
-            raise RetrieverError(f"cannot read the bm25s index in {index_dir}: {e}; rebuild it") from e
+            raise RetrieverError(f"cannot read the bm25s index in {index_dir}: {e}; "
+                                 "rebuild it") from e
         if backend == "numba":
             _cache_numba_kernels()
         model.backend = backend
-        return cls(model, DocStore.load(index_dir, manifest), Analyzer(manifest["stemmer"]), threads)
+        return cls(model, DocStore.load(index_dir, manifest), Analyzer(manifest["stemmer"]),
+                   threads)
 
     # -- search -----------------------------------------------------------------
     def search(self, queries: list[str], k: int = 3) -> list[list[Hit]]:

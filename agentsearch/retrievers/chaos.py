@@ -37,27 +37,33 @@ def create_chaos_app(upstream: str, *, error_rate: float = 0.0, stall_rate: floa
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, Response
 
-    if not (0 <= error_rate <= 1 and 0 <= stall_rate <= 1 and error_rate + stall_rate <= 1 and stall_s >= 0):
-        raise ValueError("chaos: 0 <= error_rate, stall_rate; error_rate + stall_rate <= 1; stall_s >= 0")
+    if not (0 <= error_rate <= 1 and 0 <= stall_rate <= 1 and error_rate + stall_rate <= 1
+            and stall_s >= 0):
+        raise ValueError("chaos: 0 <= error_rate, stall_rate; error_rate + stall_rate <= 1; "
+                         "stall_s >= 0")
     upstream = upstream.rstrip("/")
     if upstream.endswith("/retrieve"):
         upstream = upstream[: -len("/retrieve")]
     rng = random.Random(seed)
-    counts = {"requests": 0, "errors": 0, "stalls": 0, "forwarded": 0, "first_fault_monotonic": None}
+    counts = {"requests": 0, "errors": 0, "stalls": 0, "forwarded": 0,
+              "first_fault_monotonic": None}
     holder: dict = {}
     app = FastAPI(title="agentsearch chaos proxy", docs_url=None, redoc_url=None, openapi_url=None)
 
     def client():  # made in the server's own event loop, on first use
         if "client" not in holder:
-            holder["client"] = httpx.AsyncClient(timeout=timeout_s, limits=httpx.Limits(max_connections=64))
+            holder["client"] = httpx.AsyncClient(timeout=timeout_s,
+                                                 limits=httpx.Limits(max_connections=64))
         return holder["client"]
 
     async def forward(method: str, path: str, body=None):
         try:
-            resp = await client().request(method, upstream + path, content=body,
-                                          headers={"content-type": "application/json"} if body else None)
+            resp = await client().request(
+                method, upstream + path, content=body,
+                headers={"content-type": "application/json"} if body else None)
         except httpx.TransportError as e:  # the upstream is down: what a real proxy answers
-            return JSONResponse({"detail": f"upstream unreachable: {type(e).__name__}"}, status_code=502)
+            return JSONResponse({"detail": f"upstream unreachable: {type(e).__name__}"},
+                                status_code=502)
         counts["forwarded"] += 1
         return Response(resp.content, status_code=resp.status_code,
                         media_type=resp.headers.get("content-type", "application/json"))

@@ -76,7 +76,8 @@ class RemoteRetriever:
         self.url = self.base_url + "/retrieve"
         self.retries, self.backoff, self.max_batch = retries, backoff, max_batch
         self.max_retry_after, self.max_inflight = max_retry_after, max_inflight
-        self.max_topk, self.max_query_chars, self.micro_batch = max_topk, max_query_chars, micro_batch
+        self.max_topk, self.max_query_chars = max_topk, max_query_chars
+        self.micro_batch = micro_batch
         self._timeout = (timeout, connect_timeout)
         self.batcher = MicroBatcher(self._apost, window_ms, max_batch, max_inflight)
         self.cache_size = cache_size
@@ -116,8 +117,8 @@ class RemoteRetriever:
         return [q[: self.max_query_chars] for q in queries]
 
     def _give_up(self, attempts: int, last: str) -> RetrieverUnavailable:
-        return RetrieverUnavailable(f"retrieval server {self.url} failed {attempts} times; last: {last}. "
-                              "Is `agentsearch serve` running there?")
+        return RetrieverUnavailable(f"retrieval server {self.url} failed {attempts} times; last: "
+                                    f"{last}. Is `agentsearch serve` running there?")
 
     def _delay(self, attempt: int, retry_after: float | None = None) -> float:
         """Seconds to wait before retry number ``attempt + 1``: exponential backoff with
@@ -162,7 +163,8 @@ class RemoteRetriever:
         if not attempt:
             return 0.0
         self.stats["retries"] += 1
-        outages.transient(f"retrieval server {self.url}", failed.reason)  # counted, the first one warned
+        # counted, the first one warned
+        outages.transient(f"retrieval server {self.url}", failed.reason)
         return self._delay(attempt - 1, failed.after)
 
     async def _apost(self, queries: list[str], k: int) -> list[list[Hit]]:

@@ -76,16 +76,18 @@ def _to_device(faiss, index, device: str):
         res = faiss.StandardGpuResources()
         moved = faiss.index_cpu_to_gpu(res, gpu, index)
     except (RuntimeError, AttributeError) as e:  # HNSW: FAISS has no GPU version
-        warnings.warn(f"device={device}: FAISS cannot move a {type(index).__name__} to the GPU ({e}); "
-                      "it searches on the CPU", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"device={device}: FAISS cannot move a {type(index).__name__} to the GPU "
+                      f"({e}); it searches on the CPU", RuntimeWarning, stacklevel=3)
         return index, "cpu"
     # The resources must outlive the index. FAISS >= 1.12 refuses unknown attributes on its
-    # indexes (``moved.gpu_resources = res`` raises AttributeError); its own keep-alive list is allowed.
+    # indexes (``moved.gpu_resources = res`` raises AttributeError); its own keep-alive list
+    # is allowed.
     faiss.add_to_referenced_objects(moved, res)
     return moved, f"cuda:{gpu}"
 
 
-_ENCODER_KEYS = ("encoder", "dim", "pooling", "query_prefix", "passage_prefix", "max_length", "encoder_check")
+_ENCODER_KEYS = ("encoder", "dim", "pooling", "query_prefix", "passage_prefix", "max_length",
+                 "encoder_check")
 
 
 def _stored_vectors(src: Path, docs: DocStore, encoder: str | None) -> tuple[np.ndarray, dict]:
@@ -94,8 +96,8 @@ def _stored_vectors(src: Path, docs: DocStore, encoder: str | None) -> tuple[np.
     m = read_manifest(src)
     has_file = (src / VECTORS).is_file()
     if m["kind"] != "dense-flat" and not has_file:
-        raise RetrieverError(f"vectors_from={src} is a {m['kind']} index without {VECTORS}; it must be "
-                             "dense-flat or keep its exact vectors (refine)")
+        raise RetrieverError(f"vectors_from={src} is a {m['kind']} index without {VECTORS}; it "
+                             "must be dense-flat or keep its exact vectors (refine)")
     if m["corpus_sha256"] != docs.sha256():
         raise RetrieverError(f"vectors_from={src} was built from a different corpus; encode again")
     if encoder is not None and resolve_encoder(encoder)[0] != m["encoder"]:
@@ -112,17 +114,19 @@ def _npy_vectors(path: Path, docs: DocStore, enc: Encoder) -> np.ndarray:
     vecs = np.load(path, mmap_mode="r")
     if vecs.ndim != 2 or vecs.shape != (len(docs), enc.dim) or vecs.dtype != np.float32:
         raise RetrieverError(f"{path} holds {vecs.dtype} vectors of shape {vecs.shape}; encoder "
-                             f"{enc.name!r} over this corpus needs float32 ({len(docs)}, {enc.dim})")
+                             f"{enc.name!r} over this corpus needs float32 "
+                             f"({len(docs)}, {enc.dim})")
     return vecs
 
 
-def _encode_to_file(enc: Encoder, texts, path: Path, batch_size: int, progress, chunk: int = 16_384):
+def _encode_to_file(enc: Encoder, texts, path: Path, batch_size: int, progress,
+                    chunk: int = 16_384):
     """Encode ``texts`` as passages into ``path`` (a ``.npy`` memmap), ``chunk`` at a time, so
     the build holds one chunk of vectors, not all of them."""
     out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(len(texts), enc.dim))
     for a in range(0, len(texts), chunk):
-        out[a:a + chunk] = enc.encode(list(texts[a:a + chunk]), kind="passage", batch_size=batch_size,
-                                      progress=progress)
+        out[a:a + chunk] = enc.encode(list(texts[a:a + chunk]), kind="passage",
+                                      batch_size=batch_size, progress=progress)
     out.flush()
     return out
 
@@ -140,9 +144,9 @@ def _check_encoder(enc: Encoder, manifest: dict, index_dir: Path) -> None:
     cos = float(np.dot(encoder_check(enc), want))
     if cos < 0.99:
         raise RetrieverError(
-            f"encoder {enc.name!r} no longer encodes like the one {index_dir} was built with (probe "
-            f"cosine {cos:.3f} < 0.99): its files, pooling or prefixes changed since the build; "
-            "searching would return wrong documents. Rebuild the index with this encoder")
+            f"encoder {enc.name!r} no longer encodes like the one {index_dir} was built with "
+            f"(probe cosine {cos:.3f} < 0.99): its files, pooling or prefixes changed since the "
+            "build; searching would return wrong documents. Rebuild the index with this encoder")
 
 
 class DenseRetriever(SyncRetrieverMixin):
@@ -188,8 +192,9 @@ class DenseRetriever(SyncRetrieverMixin):
             if progress:
                 progress.advance(len(docs))
         else:
-            enc = Encoder(encoder, pooling=pooling, query_prefix=query_prefix, device=resolve_device(device),
-                          passage_prefix=passage_prefix, max_length=max_length, threads=threads)
+            enc = Encoder(encoder, pooling=pooling, query_prefix=query_prefix,
+                          device=resolve_device(device), passage_prefix=passage_prefix,
+                          max_length=max_length, threads=threads)
             if vectors_from is not None:
                 vecs = _npy_vectors(Path(vectors_from), docs, enc)
                 if progress:
@@ -197,15 +202,17 @@ class DenseRetriever(SyncRetrieverMixin):
             else:
                 vecs = _encode_to_file(enc, docs.contents, vec_file, batch_size, progress)
             cfg = {**enc.config(), "encoder_check": encoder_check(enc)}
-        factory, params = factory_for(cls.index_type, cfg["dim"], len(docs), hnsw_m=hnsw_m, ef_search=ef_search,
-                                      nlist=nlist, nprobe=nprobe, pq_m=pq_m, pq_nbits=pq_nbits,
-                                      factory=factory, search=search)
+        factory, params = factory_for(cls.index_type, cfg["dim"], len(docs), hnsw_m=hnsw_m,
+                                      ef_search=ef_search, nlist=nlist, nprobe=nprobe, pq_m=pq_m,
+                                      pq_nbits=pq_nbits, factory=factory, search=search)
         t0 = time.perf_counter()
-        files = write_faiss(vecs, out_dir, factory, shards=shards, ef_construction=ef_construction, threads=threads)
+        files = write_faiss(vecs, out_dir, factory, shards=shards, ef_construction=ef_construction,
+                            threads=threads)
         faiss_s = round(time.perf_counter() - t0, 2)
         refine = (4 if cls.index_type == "ivfpq" else 0) if refine is None else refine
         if refine and not vec_file.exists():  # vectors from elsewhere: keep a copy to re-rank from
-            src = Path(vectors_from) / VECTORS if Path(vectors_from).is_dir() else Path(vectors_from)
+            src = (Path(vectors_from) / VECTORS if Path(vectors_from).is_dir()
+                   else Path(vectors_from))
             if src.is_file():
                 shutil.copyfile(src, vec_file)  # a .npy already checked: no trip through memory
             else:
@@ -213,15 +220,16 @@ class DenseRetriever(SyncRetrieverMixin):
         del vecs  # closes the memmap before its file may go
         if not refine:
             vec_file.unlink(missing_ok=True)
-        return {**cfg, "index_type": cls.index_type, "metric": "inner_product", "factory": factory, **params,
-                "faiss_files": files, "faiss_build_seconds": faiss_s, "refine": refine}
+        return {**cfg, "index_type": cls.index_type, "metric": "inner_product", "factory": factory,
+                **params, "faiss_files": files, "faiss_build_seconds": faiss_s, "refine": refine}
 
     # -- loading ----------------------------------------------------------------
     @classmethod
     def load(cls, index_dir: Path, manifest: dict, *, encoder: str | None = None,
              threads: int | None = None, ef_search: int | None = None, nprobe: int | None = None,
              search: str | dict | None = None, refine: int | None = None, mmap: bool = True,
-             batch_size: int | None = None, device: str = "cpu", encoder_url: str | None = None, **_):
+             batch_size: int | None = None, device: str = "cpu", encoder_url: str | None = None,
+             **_):
         """Open the folder. ``encoder`` may name the encoder explicitly; it must be the one
         the index was built with. ``ef_search`` / ``nprobe`` / ``search`` (``"nprobe=64"``)
         override the stored query-time settings; ``refine`` the re-ranking depth (0: off).
@@ -241,39 +249,46 @@ class DenseRetriever(SyncRetrieverMixin):
                 f"(or with encoder={built_with!r}), or rebuild it: agentsearch index build "
                 f"--kind {manifest['kind']} --encoder {encoder} ...")
         docs = DocStore.load(index_dir, manifest)
-        index = read_faiss(index_dir, manifest, mmap=mmap and not device.startswith("cuda"), threads=threads)
+        index = read_faiss(index_dir, manifest, mmap=mmap and not device.startswith("cuda"),
+                           threads=threads)
         if encoder_url:
             from agentsearch.retrievers.encoder_service import RemoteEncoder, check_matches
 
             enc = RemoteEncoder(encoder_url)
             check_matches(enc, manifest, index_dir)
         else:
-            enc = Encoder(built_with, pooling=manifest["pooling"], query_prefix=manifest["query_prefix"],
-                          passage_prefix=manifest["passage_prefix"], max_length=manifest["max_length"],
-                          threads=threads, device=device)
+            enc = Encoder(built_with, pooling=manifest["pooling"],
+                          query_prefix=manifest["query_prefix"],
+                          passage_prefix=manifest["passage_prefix"],
+                          max_length=manifest["max_length"], threads=threads, device=device)
         if enc.dim != index.d:
             raise RetrieverError(
-                f"encoder {built_with!r} makes {enc.dim}-d vectors but {index_dir} holds {index.d}-d "
-                "ones: the encoder files changed since the index was built; rebuild the index")
+                f"encoder {built_with!r} makes {enc.dim}-d vectors but {index_dir} holds "
+                f"{index.d}-d ones: the encoder files changed since the index was built; "
+                "rebuild the index")
         _check_encoder(enc, manifest, index_dir)
         settings = search_settings(manifest)
-        settings.update({k: v for k, v in (("efSearch", ef_search), ("nprobe", nprobe)) if v is not None})
+        settings.update({k: v for k, v in (("efSearch", ef_search), ("nprobe", nprobe))
+                         if v is not None})
         settings.update(parse_settings(search) if isinstance(search, str) else (search or {}))
         try:
             tune(index, settings)
         except ValueError as e:
             raise RetrieverError(f"{index_dir}: {e}") from None
-        index, where = _to_device(faiss, index, device)  # after the search parameters: they travel along
+        # after the search parameters: they travel along
+        index, where = _to_device(faiss, index, device)
         refine = manifest.get("refine", 0) if refine is None else refine
         vectors = None
         if refine:
             if not (index_dir / VECTORS).is_file():
-                raise RetrieverError(f"refine={refine} needs {index_dir / VECTORS} (exact vectors); this "
-                                     "index was built without them: pass refine=0 or rebuild with refine")
+                raise RetrieverError(f"refine={refine} needs {index_dir / VECTORS} (exact "
+                                     "vectors); this index was built without them: pass refine=0 "
+                                     "or rebuild with refine")
             vectors = np.load(index_dir / VECTORS, mmap_mode="r")
             if vectors.shape != (manifest["num_docs"], manifest["dim"]):
                 raise RetrieverError(f"{index_dir / VECTORS} has shape {vectors.shape}, not "
-                                     f"({manifest['num_docs']}, {manifest['dim']}); rebuild the index")
+                                     f"({manifest['num_docs']}, {manifest['dim']}); rebuild the "
+                                     "index")
         return cls(index, enc, docs, faiss_device=where, vectors=vectors, refine=refine,
                    batch_size=batch_size or (16 if device == "cpu" else 256))
 
@@ -286,7 +301,8 @@ class DenseRetriever(SyncRetrieverMixin):
         out: list[list[Hit]] = [[] for _ in queries]
         if not todo:
             return out
-        vecs = self.encoder.encode([queries[i] for i in todo], kind="query", batch_size=self.batch_size)
+        vecs = self.encoder.encode([queries[i] for i in todo], kind="query",
+                                   batch_size=self.batch_size)
         scores, ids = self.search_vectors(vecs, k)
         for row, i in enumerate(todo):
             out[i] = [self.docs.hit(int(d), s) for d, s in zip(ids[row], scores[row]) if d >= 0]
@@ -303,8 +319,11 @@ class DenseRetriever(SyncRetrieverMixin):
         return scores, ids
 
 
-# One registered class a kind (``dense-flat`` ... ``dense-factory``); they differ only in index_type.
-_NAMES = {"flat": "Flat", "hnsw": "HNSW", "ivf": "IVF", "ivfpq": "IVFPQ", "hnsw-sq8": "HNSWSQ8", "factory": "Factory"}
+# One registered class a kind (``dense-flat`` ... ``dense-factory``); they differ only
+# in index_type.
+_NAMES = {"flat": "Flat", "hnsw": "HNSW", "ivf": "IVF", "ivfpq": "IVFPQ", "hnsw-sq8": "HNSWSQ8",
+          "factory": "Factory"}
 for _type in DENSE_KINDS:
     _name = f"Dense{_NAMES[_type]}Retriever"
-    globals()[_name] = register_retriever(f"dense-{_type}")(type(_name, (DenseRetriever,), {"index_type": _type}))
+    globals()[_name] = register_retriever(f"dense-{_type}")(
+        type(_name, (DenseRetriever,), {"index_type": _type}))

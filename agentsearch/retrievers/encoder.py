@@ -59,10 +59,12 @@ def resolve_device(device: str | None) -> str:
         return "cuda" if n else "cpu"
     if not n:
         version = getattr(torch, "__version__", "not installed")
-        raise RetrieverError(f"--device {device}: torch ({version}) sees no CUDA GPU; use --device cpu "
-                             "(or auto), or install a CUDA build of torch on a machine with a GPU")
+        raise RetrieverError(f"--device {device}: torch ({version}) sees no CUDA GPU; use "
+                             "--device cpu (or auto), or install a CUDA build of torch on a "
+                             "machine with a GPU")
     if ":" in device and int(device.split(":")[1]) >= n:
-        raise RetrieverError(f"--device {device}: torch sees only {n} GPU(s) (cuda:0..cuda:{n - 1})")
+        raise RetrieverError(f"--device {device}: torch sees only {n} GPU(s) "
+                             f"(cuda:0..cuda:{n - 1})")
     return device
 
 
@@ -101,14 +103,15 @@ class Encoder:
                 hf_logging.enable_progress_bar()
         if pooling is None:
             cfg = Path(path, "1_Pooling", "config.json")
-            pooling = ("cls" if cfg.is_file() and json.loads(cfg.read_text()).get("pooling_mode_cls_token")
-                       else "mean")
+            pooling = ("cls" if cfg.is_file()
+                       and json.loads(cfg.read_text()).get("pooling_mode_cls_token") else "mean")
         if pooling not in ("mean", "cls"):
             raise ValueError(f"pooling must be 'mean' or 'cls', got {pooling!r}")
         e5 = "e5" in self.name.lower()
         self.pooling, self.device, self.max_length = pooling, device, max_length
         self.query_prefix = ("query: " if e5 else "") if query_prefix is None else query_prefix
-        self.passage_prefix = ("passage: " if e5 else "") if passage_prefix is None else passage_prefix
+        self.passage_prefix = (("passage: " if e5 else "") if passage_prefix is None
+                               else passage_prefix)
         self.dim = int(self.model.config.hidden_size)
         self._lock = threading.Lock()  # one forward at a time: torch already uses every thread
 
@@ -130,8 +133,9 @@ class Encoder:
         with self._lock, torch.inference_mode():
             for s in range(0, len(order), batch_size):
                 idx = order[s:s + batch_size]
-                batch = self.tokenizer([prefix + texts[i] for i in idx], padding=True, truncation=True,
-                                       max_length=self.max_length, return_tensors="pt").to(self.device)
+                batch = self.tokenizer([prefix + texts[i] for i in idx], padding=True,
+                                       truncation=True, max_length=self.max_length,
+                                       return_tensors="pt").to(self.device)
                 states = self.model(**batch).last_hidden_state
                 if self.pooling == "cls":
                     emb = states[:, 0]

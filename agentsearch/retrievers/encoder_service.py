@@ -37,7 +37,8 @@ MAX_TEXTS = 4096
 MAX_BODY_BYTES = 64 << 20  # 4,096 texts of 16 KiB: longer texts are truncated to max_length anyway
 
 
-def create_encoder_app(encoder, window_ms: float = 2.0, max_batch: int = 256, batch_size: int | None = None):
+def create_encoder_app(encoder, window_ms: float = 2.0, max_batch: int = 256,
+                       batch_size: int | None = None):
     """A FastAPI app serving ``encoder`` (an ``Encoder``). Requests that arrive while a
     forward runs wait at most ``window_ms`` and share the next one. ``batch_size``: texts per
     forward (default 16 on CPU, where encoding is compute-bound, 256 on a GPU)."""
@@ -51,7 +52,8 @@ def create_encoder_app(encoder, window_ms: float = 2.0, max_batch: int = 256, ba
         return fn
 
     per_forward = batch_size or (16 if encoder.device == "cpu" else 256)
-    batchers = {kind: MicroBatcher(batch_fn(kind), window_ms, max_batch, max_inflight=1, idle_fire=True)
+    batchers = {kind: MicroBatcher(batch_fn(kind), window_ms, max_batch, max_inflight=1,
+                                   idle_fire=True)
                 for kind in ("query", "passage")}
     app = FastAPI(title="agentsearch encoder", docs_url=None, redoc_url=None, openapi_url=None)
     config = {"status": "ok", **encoder.config(), "device": encoder.device}
@@ -65,7 +67,8 @@ def create_encoder_app(encoder, window_ms: float = 2.0, max_batch: int = 256, ba
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
             return JSONResponse({"detail": f"request body of {int(declared):,} bytes is over the "
-                                           f"{MAX_BODY_BYTES:,}-byte limit (split the texts)"}, status_code=413)
+                                           f"{MAX_BODY_BYTES:,}-byte limit (split the texts)"},
+                                status_code=413)
         try:
             payload = json.loads(await request.body())
             texts, kind = payload["texts"], payload.get("kind", "query")
@@ -74,16 +77,20 @@ def create_encoder_app(encoder, window_ms: float = 2.0, max_batch: int = 256, ba
             if kind not in batchers:
                 raise ValueError(f'"kind" must be "query" or "passage", got {kind!r}')
             if len(texts) > MAX_TEXTS:
-                raise ValueError(f"{len(texts)} texts in one request; the limit is {MAX_TEXTS} (split it)")
+                raise ValueError(f"{len(texts)} texts in one request; the limit is {MAX_TEXTS} "
+                                 "(split it)")
         except (ValueError, KeyError, TypeError) as e:
             return JSONResponse({"detail": f"bad /encode request: {e}; send "
                                            '{"texts": ["..."], "kind": "query"}'}, status_code=422)
         try:
             rows = await batchers[kind].submit(texts, 1) if texts else []
         except Exception as e:  # noqa: BLE001 - reported, and the service lives on
-            return JSONResponse({"detail": f"encoding failed: {type(e).__name__}: {e}"}, status_code=500)
-        vecs = np.stack([r[0] for r in rows]).astype("<f4") if rows else np.zeros((0, encoder.dim), "<f4")
-        body = {"dim": encoder.dim, "count": len(rows), "vectors": base64.b64encode(vecs.tobytes()).decode()}
+            return JSONResponse({"detail": f"encoding failed: {type(e).__name__}: {e}"},
+                                status_code=500)
+        vecs = (np.stack([r[0] for r in rows]).astype("<f4") if rows
+                else np.zeros((0, encoder.dim), "<f4"))
+        body = {"dim": encoder.dim, "count": len(rows),
+                "vectors": base64.b64encode(vecs.tobytes()).decode()}
         return Response(json.dumps(body).encode(), media_type="application/json")
 
     return app
@@ -112,7 +119,8 @@ class RemoteEncoder:
                                  "start it with: agentsearch serve-encoder --port PORT") from None
         missing = [k for k in CONFIG_KEYS if k not in info]
         if missing:
-            raise RetrieverError(f"{self.url}/health lacks {missing}: not an agentsearch encoder service")
+            raise RetrieverError(f"{self.url}/health lacks {missing}: not an agentsearch encoder "
+                                 "service")
         self._config = {k: info[k] for k in CONFIG_KEYS}
         self.name, self.dim = info["encoder"], int(info["dim"])
         self.pooling, self.max_length = info["pooling"], info["max_length"]
@@ -122,7 +130,8 @@ class RemoteEncoder:
     def config(self) -> dict:
         return dict(self._config)
 
-    def encode(self, texts: list[str], *, kind: str = "query", batch_size: int = 0, progress=None) -> np.ndarray:
+    def encode(self, texts: list[str], *, kind: str = "query", batch_size: int = 0,
+               progress=None) -> np.ndarray:
         """``[len(texts), dim]`` float32 from the service."""
         import httpx
 
@@ -131,12 +140,13 @@ class RemoteEncoder:
         except httpx.HTTPError as e:
             raise RetrieverError(f"encoder service {self.url}: {type(e).__name__}: {e}") from None
         if r.status_code != 200:
-            raise RetrieverError(f"encoder service {self.url} answered {r.status_code}: {r.text[:300]}")
+            raise RetrieverError(f"encoder service {self.url} answered {r.status_code}: "
+                                 f"{r.text[:300]}")
         body = r.json()
         vecs = np.frombuffer(base64.b64decode(body["vectors"]), dtype="<f4")
         if vecs.size != len(texts) * self.dim:
-            raise RetrieverError(f"encoder service {self.url} sent {vecs.size} floats for {len(texts)} "
-                                 f"texts of dim {self.dim}")
+            raise RetrieverError(f"encoder service {self.url} sent {vecs.size} floats for "
+                                 f"{len(texts)} texts of dim {self.dim}")
         if progress is not None:
             progress.advance(len(texts))
         return vecs.reshape(len(texts), self.dim).astype(np.float32)
@@ -150,8 +160,9 @@ def check_matches(remote: RemoteEncoder, manifest: dict, index_dir) -> None:
     differ = {k: (manifest.get(k), v) for k, v in remote.config().items() if manifest.get(k) != v}
     if differ:
         said = ", ".join(f"{k}: index {a!r} vs service {b!r}" for k, (a, b) in differ.items())
-        raise RetrieverError(f"encoder service {remote.url} does not encode like {index_dir} was built ({said}); "
-                             "start the service with the index's encoder, or rebuild the index")
+        raise RetrieverError(f"encoder service {remote.url} does not encode like {index_dir} was "
+                             f"built ({said}); start the service with the index's encoder, or "
+                             "rebuild the index")
 
 
 def main(a) -> int:
@@ -163,8 +174,8 @@ def main(a) -> int:
 
     try:
         enc = Encoder(a.encoder, device=resolve_device(a.device), threads=a.threads,
-                      pooling=a.pooling, query_prefix=a.query_prefix, passage_prefix=a.passage_prefix,
-                      max_length=a.max_length)
+                      pooling=a.pooling, query_prefix=a.query_prefix,
+                      passage_prefix=a.passage_prefix, max_length=a.max_length)
     except (OSError, ImportError, ValueError, RetrieverError) as e:
         print(f"agentsearch serve-encoder: error: {e}", file=sys.stderr)
         return 2

@@ -69,14 +69,16 @@ def _pq_m(dim: int) -> int:
 
 def factory_for(index_type: str, dim: int, n: int, *, hnsw_m: int = 32, ef_search: int = 128,
                 nlist: int | None = None, nprobe: int | None = None, pq_m: int | None = None,
-                pq_nbits: int = 8, factory: str | None = None, search: str | None = None) -> tuple[str, dict]:
+                pq_nbits: int = 8, factory: str | None = None,
+                search: str | None = None) -> tuple[str, dict]:
     """``(factory string, manifest fields)`` for ``index_type`` over ``n`` vectors of ``dim``.
 
     The manifest fields hold the build parameters and ``search``, the query-time settings
     (``{"nprobe": 64}``) that ``tune`` applies on load.
     """
     if index_type not in DENSE_KINDS:
-        raise ValueError(f"unknown dense index type {index_type!r}; known: {', '.join(DENSE_KINDS)}")
+        raise ValueError(f"unknown dense index type {index_type!r}; "
+                         f"known: {', '.join(DENSE_KINDS)}")
     if index_type == "flat":
         return "Flat", {"search": {}}
     if index_type in ("hnsw", "hnsw-sq8"):
@@ -86,7 +88,8 @@ def factory_for(index_type: str, dim: int, n: int, *, hnsw_m: int = 32, ef_searc
     if index_type == "factory":
         if not factory:
             raise ValueError("dense-factory needs factory=, a FAISS index factory string such as "
-                             "'IVF4096,PQ48' (https://github.com/facebookresearch/faiss/wiki/The-index-factory)")
+                             "'IVF4096,PQ48' "
+                             "(https://github.com/facebookresearch/faiss/wiki/The-index-factory)")
         return factory, {"search": parse_settings(search or "")}
     nlist = nlist or default_nlist(n)
     if nlist > n:
@@ -144,7 +147,8 @@ def train_rows(index, n: int) -> int:
 
 
 def write_faiss(vectors: np.ndarray, out_dir: Path, factory: str, *, shards: int = 1,
-                ef_construction: int = 200, threads: int | None = None, progress=None) -> list[dict]:
+                ef_construction: int = 200, threads: int | None = None,
+                progress=None) -> list[dict]:
     """Build ``factory`` over ``vectors`` (``[N, d]`` float32, may be a memmap) into
     ``out_dir`` and return the files written, ``[{"file", "ntotal", "bytes"}]``: one
     ``index.faiss``, or ``shards`` files each holding a contiguous range of rows."""
@@ -160,7 +164,8 @@ def write_faiss(vectors: np.ndarray, out_dir: Path, factory: str, *, shards: int
         hnsw.efConstruction = ef_construction
     t = train_rows(index, n)
     if t:
-        rows = np.sort(np.random.default_rng(0).choice(n, t, replace=False))  # sorted: memmap locality
+        # sorted: memmap locality
+        rows = np.sort(np.random.default_rng(0).choice(n, t, replace=False))
         index.train(np.ascontiguousarray(vectors[rows], dtype=np.float32))
     if not 1 <= shards <= n:
         raise ValueError(f"shards must be between 1 and the {n} vectors, got {shards}")
@@ -175,7 +180,8 @@ def write_faiss(vectors: np.ndarray, out_dir: Path, factory: str, *, shards: int
                 progress.advance(b - a)
         name = "index.faiss" if shards == 1 else f"index.{s:03d}.faiss"
         faiss.write_index(part, str(out_dir / name))
-        files.append({"file": name, "ntotal": int(part.ntotal), "bytes": (out_dir / name).stat().st_size})
+        files.append({"file": name, "ntotal": int(part.ntotal),
+                      "bytes": (out_dir / name).stat().st_size})
         del part
     return files
 
@@ -194,14 +200,17 @@ def read_faiss(index_dir: Path, manifest: dict, *, mmap: bool = False, threads: 
         size = path.stat().st_size
         if "bytes" in e and size != e["bytes"]:
             raise RetrieverError(f"{path} has {size:,} bytes but was written with {e['bytes']:,}: "
-                                 "it is truncated or was replaced since the build; rebuild the index")
+                                 "it is truncated or was replaced since the build; rebuild the "
+                                 "index")
         try:
             part = faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC if mmap else 0)
         except RuntimeError as err:
-            raise RetrieverError(f"cannot read {path}: {str(err).splitlines()[-1]}; rebuild the index") from None
+            raise RetrieverError(f"cannot read {path}: {str(err).splitlines()[-1]}; rebuild the "
+                                 "index") from None
         if part.d != manifest["dim"] or ("ntotal" in e and part.ntotal != e["ntotal"]):
-            raise RetrieverError(f"{path} holds {part.ntotal} vectors of dim {part.d}, but the manifest "
-                                 f"says {e.get('ntotal', '?')} of dim {manifest['dim']}; rebuild the index")
+            raise RetrieverError(f"{path} holds {part.ntotal} vectors of dim {part.d}, but the "
+                                 f"manifest says {e.get('ntotal', '?')} of dim {manifest['dim']}; "
+                                 "rebuild the index")
         parts.append(part)
     if len(parts) == 1:
         index = parts[0]
@@ -210,8 +219,8 @@ def read_faiss(index_dir: Path, manifest: dict, *, mmap: bool = False, threads: 
         for p in parts:
             index.add_shard(p)  # FAISS's wrapper keeps each shard alive (referenced_objects)
     if index.ntotal != manifest["num_docs"]:
-        raise RetrieverError(f"{index_dir}: the FAISS files hold {index.ntotal} vectors, but the manifest "
-                             f"says {manifest['num_docs']} documents; rebuild the index")
+        raise RetrieverError(f"{index_dir}: the FAISS files hold {index.ntotal} vectors, but the "
+                             f"manifest says {manifest['num_docs']} documents; rebuild the index")
     return index
 
 
@@ -228,11 +237,12 @@ def tune(index, settings: dict) -> None:
             space.set_index_parameter(index, key, float(value))
         except RuntimeError:
             raise ValueError(f"search setting {key}={value} does not apply to this index "
-                             f"({type(faiss.downcast_index(index)).__name__}); HNSW takes efSearch, "
-                             "IVF takes nprobe") from None
+                             f"({type(faiss.downcast_index(index)).__name__}); HNSW takes "
+                             "efSearch, IVF takes nprobe") from None
 
 
-def rerank_exact(queries: np.ndarray, ids: np.ndarray, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def rerank_exact(queries: np.ndarray, ids: np.ndarray, vectors: np.ndarray,
+                 k: int) -> tuple[np.ndarray, np.ndarray]:
     """Re-score approximate candidates exactly and keep the best ``k`` per query.
 
     queries ``[q, d]``, ids ``[q, c]`` (``-1`` = no candidate), vectors ``[N, d]`` (a memmap:

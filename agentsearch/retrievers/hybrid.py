@@ -44,7 +44,9 @@ class HybridRetriever:
                                  "rebuild them from one corpus.jsonl")
         self.retrievers, self.rrf_k, self.depth = list(retrievers), rrf_k, depth
         self.num_docs = max(getattr(r, "num_docs", 0) for r in retrievers)
-        self.kind = "hybrid(" + ",".join(str(getattr(r, "kind", type(r).__name__)) for r in retrievers) + ")"
+        self.kind = ("hybrid("
+                     + ",".join(str(getattr(r, "kind", type(r).__name__)) for r in retrievers)
+                     + ")")
 
     def search(self, queries: list[str], k: int = 3) -> list[list[Hit]]:
         depth = max(k, self.depth)

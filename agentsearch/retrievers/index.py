@@ -64,9 +64,9 @@ def build_index(corpus_path: str | Path, kind: str, out_dir: str | Path, *,
     ``query_prefix``, ``passage_prefix``, ``max_length``, ``vectors_from`` (dense; reuses a
     dense folder's vectors or reads a ``.npy`` of them), ``shards``, ``hnsw_m``, ``ef_search``
     (HNSW), ``nlist``, ``nprobe`` (IVF), ``pq_m``, ``pq_nbits``, ``refine`` (dense-ivfpq),
-    ``factory``, ``search`` (dense-factory), ``stemmer``, ``k1``, ``b`` (bm25s and bm25). An existing index folder
-    at ``out_dir`` is replaced; any other non-empty folder is left alone (error).
-    Returns ``out_dir``.
+    ``factory``, ``search`` (dense-factory), ``stemmer``, ``k1``, ``b`` (bm25s and bm25). An
+    existing index folder at ``out_dir`` is replaced; any other non-empty folder is left alone
+    (error). Returns ``out_dir``.
     """
     from agentsearch.core.progress import Progress
 
@@ -77,7 +77,8 @@ def build_index(corpus_path: str | Path, kind: str, out_dir: str | Path, *,
     docs = DocStore.from_corpus(corpus_path)
     with staging(out_dir) as tmp:
         bar = Progress(len(docs), f"index {kind}", stream=sys.stderr, enabled=progress)
-        extra = backend.build(docs, tmp, progress=bar, **{k: v for k, v in kw.items() if v is not None})
+        extra = backend.build(docs, tmp, progress=bar,
+                              **{k: v for k, v in kw.items() if v is not None})
         bar.close()
         finish_index(tmp, docs, kind, corpus_path, t0, extra)
     return out_dir
@@ -129,7 +130,8 @@ def folder_index(world: str | Path, kind: str = "bm25s", **kw) -> Path:
 
     world = Path(world)
     # A non-default encoder is part of the cache key; threads and the like are not.
-    tag = "-" + re.sub(r"[^A-Za-z0-9._-]+", "_", str(kw["encoder"]))[-60:] if kw.get("encoder") else ""
+    tag = ("-" + re.sub(r"[^A-Za-z0-9._-]+", "_", str(kw["encoder"]))[-60:] if kw.get("encoder")
+           else "")
     out = cache_dir() / "indexes" / f"world-{world.name}-{kind}{tag}"
     if (out / MANIFEST).exists():
         return out
@@ -152,8 +154,9 @@ def main(a) -> int:
     kw = {"threads": a.threads}
     if a.kind.startswith("dense"):
         kw.update(encoder=a.encoder, batch_size=a.batch_size, device=getattr(a, "device", None),
-                  **{k: getattr(a, k, None) for k in ("vectors_from", "shards", "nlist", "nprobe", "pq_m",
-                                                      "refine", "hnsw_m", "ef_search", "factory", "search")})
+                  **{k: getattr(a, k, None) for k in ("vectors_from", "shards", "nlist", "nprobe",
+                                                      "pq_m", "refine", "hnsw_m", "ef_search",
+                                                      "factory", "search")})
     elif a.encoder:
         print(f"agentsearch index: --encoder is ignored for kind {a.kind}", file=sys.stderr)
     try:
@@ -162,5 +165,6 @@ def main(a) -> int:
         print(f"agentsearch index: error: {e}", file=sys.stderr)
         return 2
     m = read_manifest(out)
-    print(f"built {m['kind']} index of {m['num_docs']:,} documents in {m['build_seconds']} s: {out}")
+    print(f"built {m['kind']} index of {m['num_docs']:,} documents in {m['build_seconds']} s: "
+          f"{out}")
     return 0

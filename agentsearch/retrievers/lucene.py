@@ -6,8 +6,8 @@ stop words) and BM25 with ``k1=0.9, b=0.4``.
 
 Search-R1 loops over queries one ``search`` at a time; with ``threads > 1`` a batch goes
 to Pyserini's ``batch_search`` instead, which scores the queries on a Java thread pool of
-``threads`` workers. Queries are cut to their first ``MAX_QUERY_WORDS`` words: Lucene refuses boolean
-queries with more than 1,024 clauses, and such queries are noise anyway.
+``threads`` workers. Queries are cut to their first ``MAX_QUERY_WORDS`` words: Lucene refuses
+boolean queries with more than 1,024 clauses, and such queries are noise anyway.
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ class LuceneRetriever(SyncRetrieverMixin):
         try:
             searcher = LuceneSearcher(str(index_dir / "lucene"))
         except JavaException as e:
-            raise RetrieverError(f"cannot open the Lucene index in {index_dir}: {e}; rebuild it") from e
+            raise RetrieverError(f"cannot open the Lucene index in {index_dir}: {e}; "
+                                 "rebuild it") from e
         searcher.set_bm25(manifest.get("k1", 0.9), manifest.get("b", 0.4))
         return cls(searcher, DocStore.load(index_dir, manifest), threads)
 
@@ -98,14 +99,15 @@ class LuceneRetriever(SyncRetrieverMixin):
         """The batch through Pyserini's ``batch_search`` on ``threads`` Java threads."""
         from jnius import JavaException
 
-        todo = {str(i): " ".join(q.split()[:MAX_QUERY_WORDS]) for i, q in enumerate(queries) if q.strip()}
+        todo = {str(i): " ".join(q.split()[:MAX_QUERY_WORDS])
+                for i, q in enumerate(queries) if q.strip()}
         out: list[list[Hit]] = [[] for _ in queries]
         if not todo:
             return out
         try:
             with self._lock:
-                res = self.searcher.batch_search(list(todo.values()), list(todo), k=min(k, self.num_docs),
-                                                 threads=self.threads)
+                res = self.searcher.batch_search(list(todo.values()), list(todo),
+                                                 k=min(k, self.num_docs), threads=self.threads)
         except JavaException as e:
             raise RetrieverError(f"Lucene search failed: {e}") from e
         for qid, scored in res.items():

@@ -71,7 +71,8 @@ def plan(n: float, dim: int, ram: float | None = None, curves: dict | None = Non
         curves = json.loads(CURVES.read_text()) if CURVES.is_file() else {
             "machine": "nothing (no measured curves shipped: memory only; make them with "
                        "scripts/bench_index_scale.py --curves)",
-            "kinds": {k: {"points": []} for k in ("dense-flat", "dense-ivf", "dense-ivfpq", "dense-hnsw-sq8")}}
+            "kinds": {k: {"points": []} for k in ("dense-flat", "dense-ivf", "dense-ivfpq",
+                                                  "dense-hnsw-sq8")}}
     rows = []
     for kind, c in curves["kinds"].items():
         size = bytes_per_vector(kind, dim, **c.get("params", {}))
@@ -80,22 +81,25 @@ def plan(n: float, dim: int, ram: float | None = None, curves: dict | None = Non
         build = predict(pts, "build_s", n, dim)
         lat = predict(pts, "search_ms", n, dim)
         top = max(pts, key=lambda p: p["n"]) if pts else {}
-        rows.append({"kind": kind, "settings": c.get("settings", ""), "ram_gb": round(ram_b / 2**30, 1),
+        rows.append({"kind": kind, "settings": c.get("settings", ""),
+                     "ram_gb": round(ram_b / 2**30, 1),
                      "disk_gb": round((size["disk"] * n + c.get("fixed_bytes", 0)) / 2**30, 1),
                      "build_hours": None if build is None else round(build / 3600, 2),
                      "search_ms": None if lat is None else round(lat, 2),
                      "recall10": top.get("recall10"), "recall_measured_at": top.get("n"),
                      "fits": None if ram is None else ram_b <= ram})
-    return {"advice": "extrapolated from measurements; see docs/retrieval.md#planning", "vectors": n, "dim": dim,
+    return {"advice": "extrapolated from measurements; see docs/retrieval.md#planning",
+            "vectors": n, "dim": dim,
             "ram_budget_gb": None if ram is None else round(ram / 2**30, 1),
-            "measured_on": curves.get("machine", "?"), "fit": "power law in N*d, least squares on log-log",
-            "kinds": rows}
+            "measured_on": curves.get("machine", "?"),
+            "fit": "power law in N*d, least squares on log-log", "kinds": rows}
 
 
 def main(a) -> int:
     try:
         ram = parse_size(a.ram) if a.ram else None
-        out = plan(float(a.vectors), a.dim, ram, json.loads(Path(a.curves).read_text()) if a.curves else None)
+        out = plan(float(a.vectors), a.dim, ram,
+                   json.loads(Path(a.curves).read_text()) if a.curves else None)
     except (ValueError, OSError) as e:
         print(f"agentsearch index plan: error: {e}")
         return 2
@@ -105,7 +109,8 @@ def main(a) -> int:
     print(f"Advice, extrapolated from curves measured on {out['measured_on']} ({out['fit']}):")
     print(f"{out['vectors']:,.0f} vectors x {out['dim']} dims"
           + (f", {out['ram_budget_gb']} GiB of RAM" if ram else ""))
-    print(f"{'kind':<16}{'RAM GiB':>8}{'disk GiB':>9}{'build h':>9}{'ms/query':>10}{'recall@10':>11}  fits  settings")
+    print(f"{'kind':<16}{'RAM GiB':>8}{'disk GiB':>9}{'build h':>9}{'ms/query':>10}"
+          f"{'recall@10':>11}  fits  settings")
     for r in out["kinds"]:
         fits = "-" if r["fits"] is None else ("yes" if r["fits"] else "no")
         rec = "-" if r["recall10"] is None else f"{r['recall10']:.3f}"

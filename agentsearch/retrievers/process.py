@@ -37,8 +37,8 @@ class ServerProcess:
     """One ``agentsearch serve --index ...`` child (module notes)."""
 
     def __init__(self, index: str | Path | list, *, port: int | None = None, threads: int = 1,
-                 args: tuple[str, ...] = (), log: Path | None = None, start_timeout_s: float = 180.0,
-                 command: list[str] | None = None):
+                 args: tuple[str, ...] = (), log: Path | None = None,
+                 start_timeout_s: float = 180.0, command: list[str] | None = None):
         self.indexes = [str(i) for i in (index if isinstance(index, (list, tuple)) else [index])]
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -51,10 +51,11 @@ class ServerProcess:
         import httpx
 
         t = str(self.threads)
-        env = {**os.environ, "OMP_NUM_THREADS": t, "AGENTSEARCH_JAVA_THREADS": t, "PYTHONWARNINGS": "ignore"}
+        env = {**os.environ, "OMP_NUM_THREADS": t, "AGENTSEARCH_JAVA_THREADS": t,
+               "PYTHONWARNINGS": "ignore"}
         err = open(self.log, "ab") if self.log else subprocess.DEVNULL
-        cmd = self.command or [sys.executable, "-m", "agentsearch", "serve", "--index", *self.indexes,
-                               "--port", str(self.port), *self.args]
+        cmd = self.command or [sys.executable, "-m", "agentsearch", "serve", "--index",
+                               *self.indexes, "--port", str(self.port), *self.args]
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
         if self.log:
             err.close()

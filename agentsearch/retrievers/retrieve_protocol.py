@@ -27,7 +27,8 @@ def split_url_options(url: str) -> tuple[str, dict]:
     opts: dict = {}
     for key, raw in parse_qsl(parts.query, keep_blank_values=True):
         if key not in URL_OPTIONS:
-            raise ValueError(f"retriever URL option {key!r} is unknown; allowed: {sorted(URL_OPTIONS)}")
+            raise ValueError(f"retriever URL option {key!r} is unknown; allowed: "
+                             f"{sorted(URL_OPTIONS)}")
         tp = URL_OPTIONS[key]
         if tp is bool:
             if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
@@ -37,7 +38,8 @@ def split_url_options(url: str) -> tuple[str, dict]:
             try:
                 opts[key] = tp(raw)
             except ValueError:
-                raise ValueError(f"retriever URL option {key}={raw!r}: expected {tp.__name__}") from None
+                raise ValueError(f"retriever URL option {key}={raw!r}: "
+                                 f"expected {tp.__name__}") from None
     return urlunsplit(parts._replace(query="", fragment="")), opts
 
 
@@ -67,7 +69,8 @@ def parse_result(payload, n_queries: int) -> list[list[Hit]]:
             hits = []
             for item in items:
                 doc = item["document"] if "document" in item else item
-                hits.append(Hit(str(doc.get("id", "")), doc["contents"], float(item.get("score", 0.0))))
+                hits.append(Hit(str(doc.get("id", "")), doc["contents"],
+                                float(item.get("score", 0.0))))
             out.append(hits)
         return out
     except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -99,8 +102,8 @@ def probe_service(url: str, timeout: float = 10.0) -> dict:
         try:
             return client.request(method, base + path, **kw)
         except httpx.TransportError as e:
-            raise RetrieverError(f"retrieval service {base} is unreachable ({type(e).__name__}: {e}); "
-                                 "start it (agentsearch serve --index DIR, or Search-R1's "
+            raise RetrieverError(f"retrieval service {base} is unreachable ({type(e).__name__}: "
+                                 f"{e}); start it (agentsearch serve --index DIR, or Search-R1's "
                                  "retrieval_server.py) or fix the URL") from None
 
     with httpx.Client(timeout=httpx.Timeout(timeout, connect=min(timeout, 3.0))) as client:
@@ -112,7 +115,8 @@ def probe_service(url: str, timeout: float = 10.0) -> dict:
         if isinstance(health, dict) and health.get("status") == "ok":
             return {"url": base, "protocol": "agentsearch", "health": health,
                     "seconds": round(time.perf_counter() - t0, 3)}
-        resp = ask("POST", "/retrieve", json={"queries": ["probe"], "topk": 1, "return_scores": True})
+        resp = ask("POST", "/retrieve",
+                   json={"queries": ["probe"], "topk": 1, "return_scores": True})
     where = f"retrieval service {base}: POST /retrieve"
     if resp.status_code != 200:
         raise RetrieverError(f"{where} answered HTTP {resp.status_code}: {resp.text[:300]!r}; "

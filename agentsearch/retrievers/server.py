@@ -68,8 +68,10 @@ class Limits:
 
     def __init__(self, max_queries: int = 16384, max_topk: int = 100, max_query_chars: int = 4096,
                  max_body_bytes: int = 64 << 20, search_batch: int = 256, max_inflight: int = 512,
-                 max_inflight_queries: int | None = None, max_inflight_body_bytes: int | None = None):
-        if min(max_queries, max_topk, max_query_chars, max_body_bytes, search_batch, max_inflight) < 1:
+                 max_inflight_queries: int | None = None,
+                 max_inflight_body_bytes: int | None = None):
+        if min(max_queries, max_topk, max_query_chars, max_body_bytes, search_batch,
+               max_inflight) < 1:
             raise ValueError("every request limit, search_batch and max_inflight must be >= 1")
         self.max_queries, self.max_topk = max_queries, max_topk
         self.max_query_chars, self.max_body_bytes = max_query_chars, max_body_bytes
@@ -77,11 +79,12 @@ class Limits:
         self.max_inflight_queries = max_inflight_queries or max_queries + max_inflight
         self.max_inflight_body_bytes = max_inflight_body_bytes or 4 * max_body_bytes
         if self.max_inflight_queries < max_queries:
-            raise ValueError(f"--max-inflight-queries ({self.max_inflight_queries}) must be at least "
-                             f"--max-queries ({max_queries}), else a request that large is never admitted")
+            raise ValueError(f"--max-inflight-queries ({self.max_inflight_queries}) must be at "
+                             f"least --max-queries ({max_queries}), else a request that large is "
+                             "never admitted")
         if self.max_inflight_body_bytes < max_body_bytes:
-            raise ValueError(f"--max-inflight-body-mb ({self.max_inflight_body_bytes / 2**20:g}) must be at "
-                             f"least --max-body-mb ({max_body_bytes / 2**20:g})")
+            raise ValueError(f"--max-inflight-body-mb ({self.max_inflight_body_bytes / 2**20:g}) "
+                             f"must be at least --max-body-mb ({max_body_bytes / 2**20:g})")
 
     def as_dict(self) -> dict:
         return dict(vars(self))
@@ -107,11 +110,13 @@ def parse_request(body: bytes, limits: Limits) -> tuple[list[str], int, bool]:
         raise BadRequest(422, '"queries" must be a list of strings')
     if len(queries) > limits.max_queries:
         raise BadRequest(413, f"{len(queries)} queries in one request; this server takes at most "
-                              f"{limits.max_queries} (split the batch, or restart it with --max-queries)")
+                              f"{limits.max_queries} (split the batch, or restart it with "
+                              "--max-queries)")
     for i, q in enumerate(queries):
         if len(q) > limits.max_query_chars:
             raise BadRequest(413, f"query {i} has {len(q):,} characters; the limit is "
-                                  f"{limits.max_query_chars:,} (shorten it; the client truncates for you)")
+                                  f"{limits.max_query_chars:,} (shorten it; the client truncates "
+                                  "for you)")
     topk = payload.get("topk")
     if topk is None:
         topk = DEFAULT_TOPK
@@ -154,14 +159,15 @@ def create_app(retriever: Retriever, limits: Limits | None = None,
     if batch_window_ms > 0:
         from agentsearch.retrievers.batching import BatchingRetriever
 
-        retriever = BatchingRetriever(retriever, window_ms=batch_window_ms, max_batch=limits.search_batch,
-                                      idle_fire=True)
+        retriever = BatchingRetriever(retriever, window_ms=batch_window_ms,
+                                      max_batch=limits.search_batch, idle_fire=True)
     app = FastAPI(title="agentsearch retrieval", docs_url=None, redoc_url=None, openapi_url=None)
     info = {"status": "ok", "kind": str(getattr(retriever, "kind", type(retriever).__name__)),
             "num_docs": getattr(retriever, "num_docs", None), "limits": limits.as_dict(),
             "batch_window_ms": batch_window_ms, "devices": getattr(retriever, "devices", None)}
 
-    admission = Admission(limits.max_inflight, limits.max_inflight_queries, limits.max_inflight_body_bytes)
+    admission = Admission(limits.max_inflight, limits.max_inflight_queries,
+                          limits.max_inflight_body_bytes)
     app.state.admission = admission
 
     def declared_length(request: Request) -> int:
@@ -180,14 +186,16 @@ def create_app(retriever: Retriever, limits: Limits | None = None,
         async for chunk in request.stream():
             size += len(chunk)
             if size > limits.max_body_bytes:
-                raise BadRequest(413, f"request body is over the {limits.max_body_bytes:,}-byte limit "
-                                      "(split the batch, or restart the server with a larger --max-body-mb)")
+                raise BadRequest(413, f"request body is over the {limits.max_body_bytes:,}-byte "
+                                      "limit (split the batch, or restart the server with a larger "
+                                      "--max-body-mb)")
             admission.grow_body(ticket, size)  # a no-op within the declared length
             chunks.append(chunk)
         return b"".join(chunks)
 
     def shed(e: Overloaded):
-        return JSONResponse({"detail": e.detail}, status_code=503, headers={"Retry-After": str(e.retry_after)})
+        return JSONResponse({"detail": e.detail}, status_code=503,
+                            headers={"Retry-After": str(e.retry_after)})
 
     @app.get("/health")
     async def health():
@@ -204,7 +212,8 @@ def create_app(retriever: Retriever, limits: Limits | None = None,
             return shed(e)
         try:
             try:
-                queries, topk, return_scores = parse_request(await read_body(request, ticket), limits)
+                queries, topk, return_scores = parse_request(await read_body(request, ticket),
+                                                             limits)
                 admission.admit(ticket, len(queries))
             except BadRequest as e:
                 return JSONResponse({"detail": e.detail}, status_code=e.status)
@@ -215,8 +224,9 @@ def create_app(retriever: Retriever, limits: Limits | None = None,
                 for s in range(0, len(queries), limits.search_batch):
                     hits = await retriever.asearch(queries[s:s + limits.search_batch], topk)
                     parts.append(render_lists(hits, return_scores))
-            except Exception as e:  # noqa: BLE001 - a server fault, reported, and the server lives on
-                return JSONResponse({"detail": f"search failed: {type(e).__name__}: {e}"}, status_code=500)
+            except Exception as e:  # noqa: BLE001 - a server fault, reported; the server lives on
+                return JSONResponse({"detail": f"search failed: {type(e).__name__}: {e}"},
+                                    status_code=500)
             return Response(b'{"result": [' + b",".join(p for p in parts if p) + b"]}",
                             media_type="application/json")
         finally:
@@ -234,12 +244,14 @@ def serve_in_thread(retriever_or_app, host: str = "127.0.0.1", port: int = 0,
     """
     import uvicorn
 
-    app = retriever_or_app if hasattr(retriever_or_app, "router") else create_app(retriever_or_app, **app_kw)
+    app = (retriever_or_app if hasattr(retriever_or_app, "router")
+           else create_app(retriever_or_app, **app_kw))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
+                                           lifespan="off"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
                               name=f"agentsearch-server-{port}")
     thread.start()
@@ -263,29 +275,33 @@ def app_from_args(a):
     from agentsearch.retrievers.index import load_retriever
 
     device = resolve_device(getattr(a, "device", None) or "cpu")
-    dense = {k: v for k, v in (("search", getattr(a, "search", None)), ("refine", getattr(a, "refine", None)))
+    dense = {k: v for k, v in (("search", getattr(a, "search", None)),
+                               ("refine", getattr(a, "refine", None)))
              if v is not None}
     if getattr(a, "no_mmap", False):
         dense["mmap"] = False
     if getattr(a, "encoder_url", None):
         dense["encoder_url"] = a.encoder_url
-    retriever = load_retriever(list(a.index), threads=getattr(a, "threads", None), device=device, **dense)
+    retriever = load_retriever(list(a.index), threads=getattr(a, "threads", None),
+                               device=device, **dense)
     limits = Limits(max_queries=a.max_queries, max_topk=a.max_topk,
                     max_query_chars=getattr(a, "max_query_chars", None) or 4096,
                     max_body_bytes=int((getattr(a, "max_body_mb", None) or 64) * (1 << 20)),
                     search_batch=getattr(a, "search_batch", None) or 256,
                     max_inflight=getattr(a, "max_inflight", None) or 512,
                     max_inflight_queries=getattr(a, "max_inflight_queries", None),
-                    max_inflight_body_bytes=int(getattr(a, "max_inflight_body_mb", None) * (1 << 20))
-                    if getattr(a, "max_inflight_body_mb", None) else None)
+                    max_inflight_body_bytes=(
+                        int(getattr(a, "max_inflight_body_mb", None) * (1 << 20))
+                        if getattr(a, "max_inflight_body_mb", None) else None))
     window = getattr(a, "batch_window_ms", None)
-    return create_app(retriever, limits, DEFAULT_BATCH_WINDOW_MS if window is None else window), retriever
+    return (create_app(retriever, limits, DEFAULT_BATCH_WINDOW_MS if window is None else window),
+            retriever)
 
 
 def main(a) -> int:
-    """``agentsearch serve --index DIR [DIR ...] [--host H] [--port P] [--device D] [--max-queries N]
-    [--max-topk K] [--max-body-mb M] [--search-batch B] [--max-inflight N] [--max-inflight-queries Q]
-    [--max-inflight-body-mb M]``."""
+    """``agentsearch serve --index DIR [DIR ...] [--host H] [--port P] [--device D] [--max-queries
+    N] [--max-topk K] [--max-body-mb M] [--search-batch B] [--max-inflight N]
+    [--max-inflight-queries Q] [--max-inflight-body-mb M]``."""
     import uvicorn
 
     from agentsearch.retrievers.base import RetrieverError

@@ -33,8 +33,8 @@ import numpy as np
 
 from agentsearch.retrievers.base import Hit, RetrieverError
 
-__all__ = ["DocStore", "MappedDocStore", "MANIFEST", "DOCS", "FORMAT", "read_manifest", "write_manifest", "check_out_dir",
-           "staging", "finish_index"]
+__all__ = ["DocStore", "MappedDocStore", "MANIFEST", "DOCS", "FORMAT", "read_manifest",
+           "write_manifest", "check_out_dir", "staging", "finish_index"]
 
 MANIFEST = "manifest.json"
 DOCS = "docs.jsonl"
@@ -57,7 +57,8 @@ class DocStore:
 
     @classmethod
     def from_corpus(cls, path: str | Path) -> DocStore:
-        """Read a corpus JSONL (rows ``{"id", "contents"}``; DPR ``title``/``text`` rows work too)."""
+        """Read a corpus JSONL (rows ``{"id", "contents"}``; DPR ``title``/``text`` rows
+        work too)."""
         from agentsearch.data import load_corpus
 
         path = Path(path)
@@ -178,10 +179,12 @@ def read_manifest(index_dir: str | Path) -> dict:
     path = index_dir / MANIFEST
     if not index_dir.is_dir():
         raise RetrieverError(f"index folder not found: {index_dir} "
-                             "(build one with: agentsearch index build --corpus FILE --kind bm25s --out DIR)")
+                             "(build one with: agentsearch index build --corpus FILE "
+                             "--kind bm25s --out DIR)")
     if not path.is_file():
         raise RetrieverError(f"{index_dir} is not an agentsearch index: it has no {MANIFEST} "
-                             "(build one with: agentsearch index build --corpus FILE --kind bm25s --out DIR)")
+                             "(build one with: agentsearch index build --corpus FILE "
+                             "--kind bm25s --out DIR)")
     try:
         manifest = json.loads(path.read_text())
     except json.JSONDecodeError as e:
@@ -220,10 +223,12 @@ def staging(out_dir: Path) -> Iterator[Path]:
         raise
 
 
-def finish_index(folder: Path, docs: DocStore, kind: str, corpus_path, t0: float, extra: dict) -> None:
+def finish_index(folder: Path, docs: DocStore, kind: str, corpus_path, t0: float,
+                 extra: dict) -> None:
     """Write ``docs.jsonl`` and the manifest: the last step of every build or adoption."""
     size = docs.save(folder)
-    write_manifest(folder, {"format": FORMAT, "kind": kind, "num_docs": len(docs), "docs_bytes": size,
-                            "corpus_sha256": docs.sha256(), "corpus_path": str(corpus_path),
+    write_manifest(folder, {"format": FORMAT, "kind": kind, "num_docs": len(docs),
+                            "docs_bytes": size, "corpus_sha256": docs.sha256(),
+                            "corpus_path": str(corpus_path),
                             "build_seconds": round(time.perf_counter() - t0, 2),
                             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra})
