@@ -31,9 +31,9 @@ from agentsearch.rollout.contract import RolloutEnv, check_rollout_contract
 from agentsearch.rollout.episodes import Episode, RolloutStats, arollout, rollout
 from agentsearch.rollout.events import EventLoop
 
-__all__ = ["rollout", "arollout", "EventLoop", "Episode", "RolloutStats", "SamplingParams", "Generation", "derive_seed",
-           "GenerationBackend", "ScriptedBackend", "HFBackend", "VLLMBackend",
-           "RolloutEnv", "check_rollout_contract"]
+__all__ = ["rollout", "arollout", "EventLoop", "Episode", "RolloutStats", "SamplingParams",
+           "Generation", "derive_seed", "GenerationBackend", "ScriptedBackend", "HFBackend",
+           "VLLMBackend", "RolloutEnv", "check_rollout_contract"]
 
 _LAZY = {"HFBackend": "hf", "VLLMBackend": "vllm"}
 

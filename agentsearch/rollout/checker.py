@@ -57,7 +57,8 @@ def check_text_env(env) -> list[str]:
                                   "tasks with self.np_random after super().reset(seed=seed)")
     task = dict(env.tasks[0])
     obs, info = env.reset(options={"task": task})
-    _check(info["question"] == task["question"], "reset(options={'task': row}) did not use that row")
+    _check(info["question"] == task["question"],
+           "reset(options={'task': row}) did not use that row")
     _check(isinstance(info.get("golden_answers"), list), "info['golden_answers'] must be a list")
     passed.append("reset")
 
@@ -65,7 +66,8 @@ def check_text_env(env) -> list[str]:
         out = env.step(action)
         _, reward, _, _, inf = out
         comps = {k: v for k, v in inf.items() if k.startswith("reward/")}
-        _check({"reward/answer", "reward/format"} <= set(comps), f"missing reward components: {comps}")
+        _check({"reward/answer", "reward/format"} <= set(comps),
+               f"missing reward components: {comps}")
         _check(abs(reward - sum(comps.values())) < 1e-9, f"reward {reward} != sum of {comps}")
         for key in ("answer_correct", "tool", "tool_latency_s", "error"):
             _check(key in inf, f"step info lacks {key!r}")
@@ -81,7 +83,8 @@ def check_text_env(env) -> list[str]:
 
     env.reset(options={"task": task})
     obs, reward, term, trunc, inf = step("<answer unclosed")
-    _check(obs != "" and inf["error"] and inf["malformed"], "a malformed turn must get an error observation")
+    _check(obs != "" and inf["error"] and inf["malformed"],
+           "a malformed turn must get an error observation")
     _check(inf["reward/format"] == -cfg.format_penalty and not term,
            f"a malformed turn must cost format_penalty and continue: {inf}")
     passed.append("malformed")
@@ -163,7 +166,8 @@ def main(a) -> int:
 
     import agentsearch.envs  # noqa: F401 - registers the ids
 
-    ids = list(getattr(a, "ids", None) or [i for i in gymnasium.registry if i.startswith("agentsearch/")])
+    ids = list(getattr(a, "ids", None)
+               or [i for i in gymnasium.registry if i.startswith("agentsearch/")])
     failed = 0
     for env_id in ids:
         if env_id not in gymnasium.registry:
@@ -191,13 +195,15 @@ def main(a) -> int:
                                                    + "\n- ".join(problems))
                     passed = check_text_env(gymnasium.make(env_id, **kw).unwrapped)
                     check_rollout_masks(lambda i=env_id, k=kw: gymnasium.make(i, **k).unwrapped)
-                    print(f"ok   {env_id} [{label}]: check_env, rollout-contract, {', '.join(passed)}, "
-                          "rollout-masks")
+                    print(f"ok   {env_id} [{label}]: check_env, rollout-contract, "
+                          f"{', '.join(passed)}, rollout-masks")
                     if getattr(a, "fuzz", 0):
-                        report = fuzz_env(gymnasium.make(env_id, **kw).unwrapped, a.fuzz, seed=0)
+                        report = fuzz_env(gymnasium.make(env_id, **kw).unwrapped, a.fuzz,
+                                          seed=0)
                         print(f"     fuzz: {report.as_dict()}")
                         if report.failures:
-                            raise AssertionError("fuzzing broke the env:\n- " + "\n- ".join(report.failures))
+                            raise AssertionError("fuzzing broke the env:\n- "
+                                                 + "\n- ".join(report.failures))
                     for n in notes:
                         print(f"     warning: {n}")
                 except Exception as e:  # noqa: BLE001 - report every env, then fail

@@ -34,8 +34,8 @@ from typing import Any, Protocol, runtime_checkable
 from agentsearch.envs.text_env import TextEnv, run_sync
 from agentsearch.envs.tools.protocol import tag_argument
 
-__all__ = ["RolloutEnv", "RolloutContractError", "STEP_INFO_KEYS", "check_rollout_contract", "probe_action",
-           "answer_action", "steps_synchronously"]
+__all__ = ["RolloutEnv", "RolloutContractError", "STEP_INFO_KEYS", "check_rollout_contract",
+           "probe_action", "answer_action", "steps_synchronously"]
 
 Observation = str | dict[str, Any]
 """``str``, or ``{"text": str, "images": list | tuple}`` for a multimodal env."""
@@ -187,7 +187,8 @@ def _member_problems(env: Any) -> tuple[list[str], bool]:
         out.append(f"{name} has no aclose(): define `async def aclose(self) -> None` that closes "
                    "tool clients (a no-op is fine); EventLoop.close(envs) awaits it")
     elif not inspect.iscoroutinefunction(env.aclose):
-        out.append(f"{name}.aclose is not a coroutine function: declare it `async def aclose(self)`")
+        out.append(f"{name}.aclose is not a coroutine function: "
+                   "declare it `async def aclose(self)`")
     return out, can_step
 
 
@@ -235,9 +236,11 @@ def _step_problems(env: Any, out: Any) -> tuple[list[str], bool]:
     elif truncated and ac is not None and not _is_bool(ac):
         probs.append(f"info['answer_correct'] is {ac!r} at truncation; use None or a bool")
     checks = (("answer", lambda v: v is None or isinstance(v, str), "a str or None"),
-              ("tool", lambda v: v is None or isinstance(v, str), "a str (comma-separated names) or None"),
+              ("tool", lambda v: v is None or isinstance(v, str),
+               "a str (comma-separated names) or None"),
               ("error", lambda v: v is None or isinstance(v, str), "a str or None"),
-              ("tool_calls", lambda v: isinstance(v, int) and not _is_bool(v) and v >= 0, "an int >= 0"),
+              ("tool_calls", lambda v: isinstance(v, int) and not _is_bool(v) and v >= 0,
+               "an int >= 0"),
               ("tool_error", _is_bool, "a bool"),
               ("malformed", _is_bool, "a bool"),
               ("tool_latency_s", lambda v: _is_real(v) and v >= 0, "a float >= 0 (seconds)"))
@@ -325,7 +328,8 @@ def check_rollout_contract(env: Any, *, task: dict | None = None,
     if can_step:
         try:
             task = dict(task) if task is not None else _default_task(env)
-            episodes = [list(e) for e in episodes] if episodes is not None else _default_episodes(env, task)
+            episodes = ([list(e) for e in episodes] if episodes is not None
+                        else _default_episodes(env, task))
         except Exception as e:  # noqa: BLE001 - a broken env is a finding, not a crash
             problems.append(f"preparing the check (loading a task) raised {type(e).__name__}: {e}")
             episodes = []

@@ -102,7 +102,8 @@ class StreamEngine(ABC):
         try:
             await self._drive()
         except BaseException as e:  # a driver bug must fail the waiting episodes, not hang them
-            self._fail_all(e if isinstance(e, Exception) else RuntimeError(f"generation driver stopped: {e!r}"))
+            self._fail_all(e if isinstance(e, Exception)
+                           else RuntimeError(f"generation driver stopped: {e!r}"))
             raise
 
     @abstractmethod
@@ -118,7 +119,8 @@ class StreamEngine(ABC):
         return None
 
     @abstractmethod
-    async def generate(self, ids: list[int], params: SamplingParams, images: list | None = None) -> Generation:
+    async def generate(self, ids: list[int], params: SamplingParams,
+                       images: list | None = None) -> Generation:
         """One turn for ``ids``, tagged with the weight version that generated it."""
 
     def sync(self, model) -> None:
@@ -137,7 +139,8 @@ class StreamEngine(ABC):
         return None
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)  # the thread (and its OpenMP team) gone before we go on
+        # the thread (and its OpenMP team) gone before we go on
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
 def _cut_to(g: Generation, k: int) -> Generation:
     if len(g.token_ids) <= k:
@@ -151,7 +154,8 @@ class MicroBatcher(StreamEngine):
     def __init__(self, backend, *, max_batch: int = 256, max_wait_s: float = 0.05):
         super().__init__(backend)
         if max_batch < 1 or max_wait_s < 0:
-            raise ValueError(f"max_batch must be >= 1 and max_wait_s >= 0, got {max_batch}, {max_wait_s}")
+            raise ValueError(f"max_batch must be >= 1 and max_wait_s >= 0, got {max_batch}, "
+                             f"{max_wait_s}")
         self.max_batch, self.max_wait_s = max_batch, max_wait_s
         self._queue: list[_Request] = []
         self._wake: asyncio.Event | None = None
@@ -166,8 +170,8 @@ class MicroBatcher(StreamEngine):
 
     async def generate(self, ids, params, images=None) -> Generation:
         if images and not getattr(self.backend, "accepts_images", False):
-            raise ValueError(f"the env gives images but {type(self.backend).__name__} is text-only; "
-                             "use a vision-language model (e.g. model=tiny-vlm)")
+            raise ValueError(f"the env gives images but {type(self.backend).__name__} is "
+                             "text-only; use a vision-language model (e.g. model=tiny-vlm)")
         loop = self._bind()
         request = _Request(list(ids), params, images, loop.create_future(), time.perf_counter())
         self._queue.append(request)
@@ -254,7 +258,8 @@ class VLLMStream(StreamEngine):
 
     async def generate(self, ids, params, images=None) -> Generation:
         if images:
-            raise ValueError("the vLLM backend is text-only here; use generation.backend=hf for images")
+            raise ValueError("the vLLM backend is text-only here; use generation.backend=hf for "
+                             "images")
         loop = self._bind()
         request = _Request(list(ids), params, None, loop.create_future(), time.perf_counter())
         self._new.append(request)
@@ -273,7 +278,8 @@ class VLLMStream(StreamEngine):
                 if out.finished and out.request_id in self._inflight:
                     r, version = self._inflight.pop(out.request_id)
                     if not r.future.done():
-                        r.future.set_result(replace(generation_from_output(out.outputs[0]), version=version))
+                        r.future.set_result(replace(generation_from_output(out.outputs[0]),
+                                                    version=version))
             await asyncio.sleep(0)  # let episodes whose tool calls returned meanwhile go on
 
     def _admit_and_step(self) -> list:

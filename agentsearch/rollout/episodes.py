@@ -60,12 +60,13 @@ async def arollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | 
                    tasks: list[dict], backend: GenerationBackend, params: SamplingParams, *,
                    n_per_task: int = 1, max_turns: int | None = None, seed: int | None = None,
                    max_seq_len: int | None = None,
-                   on_turn: Callable[[int, int, int], None] | None = None) -> tuple[list[Episode], RolloutStats]:
+                   on_turn: Callable[[int, int, int], None] | None = None,
+                   ) -> tuple[list[Episode], RolloutStats]:
     """``rollout`` as a coroutine (use it when an event loop is already running)."""
     t_start = time.perf_counter()
     tok = backend.tokenizer
-    runs, stats, stop = start_episodes(envs_or_factory, tasks, tok, params, n_per_task=n_per_task, seed=seed,
-                                       max_seq_len=max_seq_len)
+    runs, stats, stop = start_episodes(envs_or_factory, tasks, tok, params, n_per_task=n_per_task,
+                                       seed=seed, max_seq_len=max_seq_len)
     turn = 0
     while active := [r for r in runs if not r.done]:
         budget = params.max_new_tokens
@@ -95,7 +96,8 @@ async def arollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | 
         t0 = time.perf_counter()
         calls_before = sum(r.info["tool_calls"] for r, _ in stepping)
         results = await asyncio.gather(*(step_env(r, a) for r, a in stepping))
-        stats.tool_calls_by_turn.append(sum(r.info["tool_calls"] for r, _ in stepping) - calls_before)
+        stats.tool_calls_by_turn.append(sum(r.info["tool_calls"] for r, _ in stepping)
+                                        - calls_before)
         reward_s = sum(res[3] for res in results)
         stats.time_reward += reward_s
         stats.time_env += time.perf_counter() - t0 - reward_s
@@ -114,7 +116,8 @@ def rollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | str, ta
             backend: GenerationBackend, params: SamplingParams, *, n_per_task: int = 1,
             max_turns: int | None = None, seed: int | None = None,
             max_seq_len: int | None = None, loop: EventLoop | None = None,
-            on_turn: Callable[[int, int, int], None] | None = None) -> tuple[list[Episode], RolloutStats]:
+            on_turn: Callable[[int, int, int], None] | None = None,
+            ) -> tuple[list[Episode], RolloutStats]:
     """Play ``len(tasks) * n_per_task`` episodes; episode ``i`` plays ``tasks[i // n_per_task]``.
 
     ``envs_or_factory``: a list of env instances (one per episode, reused across calls), a

@@ -87,8 +87,8 @@ class EventLoop:
             raise RuntimeError("this EventLoop is closed")
         return self._runner.run(coro)
 
-    def run_beside(self, coro: Coroutine | Callable[[asyncio.Future], Coroutine], fn: Callable[[], Any],
-                   thread: ThreadPoolExecutor) -> tuple[Any, Any]:
+    def run_beside(self, coro: Coroutine | Callable[[asyncio.Future], Coroutine],
+                   fn: Callable[[], Any], thread: ThreadPoolExecutor) -> tuple[Any, Any]:
         """Run ``coro`` on the loop while ``fn()`` runs on ``thread`` (e.g. the next step's
         rollout while this step updates); returns both results, after both have ended.
         ``coro`` may be a function of ``fn``'s future (done when ``fn`` returns)."""

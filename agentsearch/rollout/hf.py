@@ -53,7 +53,8 @@ class _LogprobRecorder(LogitsProcessor):
         if self.prev is not None:
             self.steps.append(self.prev.gather(1, sequences[:, -1:]).squeeze(1))
             self.prev = None
-        return torch.stack(self.steps, dim=1) if self.steps else sequences.new_zeros((len(sequences), 0), dtype=torch.float32)  # [B, T]
+        return (torch.stack(self.steps, dim=1) if self.steps                 # [B, T]
+                else sequences.new_zeros((len(sequences), 0), dtype=torch.float32))
 
 
 class _StopInGenerated(StoppingCriteria):
@@ -68,7 +69,8 @@ class _StopInGenerated(StoppingCriteria):
     def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
         hit = self.inner(input_ids, scores)
         for b in hit.nonzero().flatten().tolist():  # rare: verify on the generated text
-            text = self.tokenizer.decode(input_ids[b, self.start:].tolist(), skip_special_tokens=False)
+            text = self.tokenizer.decode(input_ids[b, self.start:].tolist(),
+                                         skip_special_tokens=False)
             if not any(s in text for s in self.stop):
                 hit[b] = False
         return hit
@@ -78,8 +80,8 @@ class HFBackend:
     """Batched sampling with a transformers causal LM (``model``) and its ``tokenizer``.
 
     A vision-language model (``agentsearch.models.vlm``) takes the episodes' images: its
-    ``tokenizer`` must be an ``agentsearch.models.processor.ImageTextTokenizer``; each prompt's images
-    (all of its episode's so far, in order) are encoded with it, and the image token is never
+    ``tokenizer`` must be an ``agentsearch.models.processor.ImageTextTokenizer``; each prompt's
+    images (all of its episode's so far, in order) are encoded with it, and the image token is never
     sampled (it is masked before the logprobs are recorded, as ``token_logprobs`` does for images).
     """
 
@@ -91,12 +93,15 @@ class HFBackend:
         if self.accepts_images and not hasattr(tokenizer, "pixel_values"):
             raise ValueError("a vision-language model needs an ImageTextTokenizer "
                              "(agentsearch.models.processor) as its tokenizer")
-        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        self.device = (torch.device(device) if device is not None
+                       else next(model.parameters()).device)
         self.max_batch = max_batch
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.pad_id = (tokenizer.pad_token_id if tokenizer.pad_token_id is not None
+                       else tokenizer.eos_token_id)
         eos = model.generation_config.eos_token_id
         eos = [eos] if isinstance(eos, int) else list(eos or [])
-        self.eos_ids = sorted({*eos, *([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])})
+        self.eos_ids = sorted({*eos, *([tokenizer.eos_token_id]
+                                       if tokenizer.eos_token_id is not None else [])})
         if not self.eos_ids:
             raise ValueError("the tokenizer has no eos token; set tokenizer.eos_token")
 
@@ -131,7 +136,8 @@ class HFBackend:
             image_token_id,
         )
 
-        rows = [self.tokenizer.pixel_values(imgs) if imgs else None for imgs in (images or [None] * len(ids))]
+        rows = [self.tokenizer.pixel_values(imgs) if imgs else None
+                for imgs in (images or [None] * len(ids))]
         pixels = collate_pixel_values(ids, rows, self.model)
         kwargs = {"pixel_values": pixels.to(self.device)} if pixels is not None else {}
         return [ImageTokenSuppressor(image_token_id(self.model))], kwargs
@@ -141,7 +147,8 @@ class HFBackend:
         warp = dict(temperature=p.temperature, top_p=p.top_p, top_k=p.top_k) if sample else {}
         return GenerationConfig(max_new_tokens=p.max_new_tokens, do_sample=sample, **warp,
                                 repetition_penalty=1.0, num_beams=1, eos_token_id=self.eos_ids,
-                                pad_token_id=self.pad_id, return_dict_in_generate=True, use_cache=True)
+                                pad_token_id=self.pad_id, return_dict_in_generate=True,
+                                use_cache=True)
 
     @torch.no_grad()
     def _generate(self, prompts: list[list[int]], p: SamplingParams,
@@ -164,7 +171,8 @@ class HFBackend:
         saved_cfg = base.generation_config
         base.generation_config = GenerationConfig()  # ignore the checkpoint's sampling defaults
         model.eval()
-        stops = StoppingCriteriaList([_StopInGenerated(p.stop, self.tokenizer, width)] if p.stop else [])
+        stops = StoppingCriteriaList([_StopInGenerated(p.stop, self.tokenizer, width)] if p.stop
+                                     else [])
         processors, vision = self._vision_inputs(ids, images)
         try:
             res = model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),

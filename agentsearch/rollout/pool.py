@@ -75,8 +75,8 @@ class GroupPool:
                  max_turns: int | None = None, max_seq_len: int | None = None,
                  max_carry: int | None = 1):
         if len(envs) < in_flight * group_size:
-            raise ValueError(f"{in_flight} groups of {group_size} in play need {in_flight * group_size} "
-                             f"envs, got {len(envs)}")
+            raise ValueError(f"{in_flight} groups of {group_size} in play need "
+                             f"{in_flight * group_size} envs, got {len(envs)}")
         self.engine, self.params, self.sample, self.seed = engine, params, sample, seed
         self.group_size, self.in_flight = group_size, in_flight
         self.max_turns, self.max_seq_len, self.max_carry = max_turns, max_seq_len, max_carry
@@ -108,7 +108,8 @@ class GroupPool:
         """What a checkpoint keeps: the group serial and the tasks of the groups in play (and
         of the last take, unless its episodes were trained); ``load_state_dict`` restarts
         those groups (from their first turn) before sampling new tasks."""
-        tasks = ([] if last_take_trained else self.last_taken) + [g.task for g in self.groups] + self._restart
+        tasks = (([] if last_take_trained else self.last_taken) + [g.task for g in self.groups]
+                 + self._restart)
         return {"serial": self.serial, "tasks": tasks}
 
     def load_state_dict(self, state: dict) -> None:
@@ -117,7 +118,8 @@ class GroupPool:
     def _start(self, task: dict, stats: RolloutStats) -> None:
         n = self.group_size
         envs, self.free = self.free[:n], self.free[n:]
-        runs, started, stop = start_episodes(envs, [task], self.engine.tokenizer, self.params, n_per_task=n,
+        runs, started, stop = start_episodes(envs, [task], self.engine.tokenizer, self.params,
+                                             n_per_task=n,
                                              seed=derive_seed(self.seed, self.serial, "reset"),
                                              max_seq_len=self.max_seq_len)
         stats.time_tokenize += started.time_tokenize

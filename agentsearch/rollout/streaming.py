@@ -13,8 +13,9 @@ are waiting for a turn (``engines.py``):
   leave between engine steps.
 
 Tool calls go on while the model generates (HF: a worker thread; vLLM: one short engine step
-at a time on the loop's thread, see ``engines``). Token in, token out, masks, logprobs, truncation and rewards are exactly the
-lock-step rollout's (the same ``turns`` functions apply them). What differs:
+at a time on the loop's thread, see ``engines``). Token in, token out, masks, logprobs, truncation
+and rewards are exactly the lock-step rollout's (the same ``turns`` functions apply them).
+What differs:
 
 - seeds: turn ``t`` of episode ``i`` asks for seed ``derive_seed(params.seed, i, t)``; vLLM
   seeds each request with it, HF seeds a batch with its first request's, so which episodes
@@ -92,14 +93,16 @@ class Player:
     async def play(self, r: EpisodeState, *seed_keys: int | str) -> None:
         """Turns until the episode ends; turn ``t`` is seeded ``derive_seed(params.seed,
         *seed_keys, t)`` and tagged with the weight version that generated it."""
-        engine, params, max_seq_len, tok = self.engine, self.params, self.max_seq_len, self.engine.tokenizer
+        engine, params, max_seq_len = self.engine, self.params, self.max_seq_len
+        tok = self.engine.tokenizer
         turn = 0
         try:
             while not r.done:
                 await self._wait_gate()
                 room = params.max_new_tokens if max_seq_len is None else max_seq_len - len(r.ids)
                 p = replace(params, stop=self.stop, max_new_tokens=min(params.max_new_tokens, room),
-                            seed=None if params.seed is None else derive_seed(params.seed, *seed_keys, turn))
+                            seed=None if params.seed is None
+                            else derive_seed(params.seed, *seed_keys, turn))
                 g = await engine.generate(r.ids, p, images=r.info.get("images") or None)
                 turn += 1
                 t0 = time.perf_counter()
@@ -134,13 +137,14 @@ def charge_engine(stats: RolloutStats, engine: StreamEngine, mark: tuple[float, 
 
 async def astream_rollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | str,
                           tasks: list[dict], engine: StreamEngine, params: SamplingParams, *,
-                          n_per_task: int = 1, max_turns: int | None = None, seed: int | None = None,
-                          max_seq_len: int | None = None) -> tuple[list[Episode], RolloutStats]:
+                          n_per_task: int = 1, max_turns: int | None = None,
+                          seed: int | None = None, max_seq_len: int | None = None,
+                          ) -> tuple[list[Episode], RolloutStats]:
     """Play ``len(tasks) * n_per_task`` episodes, each on its own (see the module notes);
     arguments and results as ``episodes.arollout``, with a ``StreamEngine`` for the backend."""
     t_start = time.perf_counter()
-    runs, stats, stop = start_episodes(envs_or_factory, tasks, engine.tokenizer, params, n_per_task=n_per_task,
-                                       seed=seed, max_seq_len=max_seq_len)
+    runs, stats, stop = start_episodes(envs_or_factory, tasks, engine.tokenizer, params,
+                                       n_per_task=n_per_task, seed=seed, max_seq_len=max_seq_len)
     player = Player(engine, params, stop, max_turns, max_seq_len, stats)
     mark = engine_mark(engine)
     engine.expect(len(runs))
@@ -148,17 +152,19 @@ async def astream_rollout(envs_or_factory: Sequence[TextEnv] | Callable[[], Text
         async with asyncio.TaskGroup() as group:  # one failing episode cancels the others
             for i, r in enumerate(runs):
                 group.create_task(player.play(r, i))
-    except BaseExceptionGroup as errors:  # the first episode's error, as the lock-step rollout raises it
+    except BaseExceptionGroup as errors:
+        # the first episode's error, as the lock-step rollout raises it
         raise errors.exceptions[0] from None
     charge_engine(stats, engine, mark)
     stats.time_env = max(player.env_clock.busy - stats.time_reward, 0.0)
     return finish_episodes(runs, stats, t_start), stats
 
 
-def stream_rollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | str, tasks: list[dict],
-                   engine: StreamEngine, params: SamplingParams, *, n_per_task: int = 1,
-                   max_turns: int | None = None, seed: int | None = None, max_seq_len: int | None = None,
-                   loop: EventLoop | None = None) -> tuple[list[Episode], RolloutStats]:
+def stream_rollout(envs_or_factory: Sequence[TextEnv] | Callable[[], TextEnv] | str,
+                   tasks: list[dict], engine: StreamEngine, params: SamplingParams, *,
+                   n_per_task: int = 1, max_turns: int | None = None, seed: int | None = None,
+                   max_seq_len: int | None = None, loop: EventLoop | None = None,
+                   ) -> tuple[list[Episode], RolloutStats]:
     """``astream_rollout`` from synchronous code, on ``loop`` (an ``EventLoop``) or a fresh one."""
     coro = astream_rollout(envs_or_factory, tasks, engine, params, n_per_task=n_per_task,
                            max_turns=max_turns, seed=seed, max_seq_len=max_seq_len)

@@ -74,7 +74,8 @@ class RolloutStats:
     rounds concatenate. Empty for a streaming rollout, whose episodes have no common turns."""
     tool_errors: int = 0
     infra_errors: int = 0
-    """Infrastructure errors its tool calls waited out (``core.reliability``); none reached an episode."""
+    """Infrastructure errors its tool calls waited out (``core.reliability``); none reached
+    an episode."""
     malformed_turns: int = 0
     truncated: int = 0
     answer_correct: float = 0.0
@@ -96,7 +97,8 @@ class RolloutStats:
                               for f in fields(self) if f.name not in means})
         out.answer_correct = mean(self.answer_correct, other.answer_correct)
         out.reward_mean = mean(self.reward_mean, other.reward_mean)
-        out.reward_components = {k: mean(self.reward_components.get(k, 0.0), other.reward_components.get(k, 0.0))
+        out.reward_components = {k: mean(self.reward_components.get(k, 0.0),
+                                         other.reward_components.get(k, 0.0))
                                  for k in {**self.reward_components, **other.reward_components}}
         out.extra_metrics = {**self.extra_metrics, **other.extra_metrics}
         return out
@@ -146,7 +148,8 @@ def make_envs(envs_or_factory, n: int) -> list[TextEnv]:
 
         import agentsearch.envs  # noqa: F401 - registers the ids
 
-        return [gymnasium.make(envs_or_factory, disable_env_checker=True).unwrapped for _ in range(n)]
+        return [gymnasium.make(envs_or_factory, disable_env_checker=True).unwrapped
+                for _ in range(n)]
     if callable(envs_or_factory):
         return [envs_or_factory() for _ in range(n)]
     envs = list(envs_or_factory)
@@ -181,9 +184,9 @@ async def step_env(r: EpisodeState, action: str):
     if not comps:
         comps = {"reward/env": reward}
     elif not math.isclose(sum(comps.values()), reward, rel_tol=1e-6, abs_tol=1e-6):
-        raise ValueError(f"{env_cls.__name__}.step returned reward {reward!r} but its info's reward "
-                         f"components {comps} sum to {sum(comps.values())!r} (task {_task_id(r)!r}); "
-                         "they must agree (or put no reward/* keys in info)")
+        raise ValueError(f"{env_cls.__name__}.step returned reward {reward!r} but its info's "
+                         f"reward components {comps} sum to {sum(comps.values())!r} (task "
+                         f"{_task_id(r)!r}); they must agree (or put no reward/* keys in info)")
     r.reward += reward
     for key, value in comps.items():
         r.rewards[key] = r.rewards.get(key, 0.0) + value
@@ -227,8 +230,8 @@ def _finish(r: EpisodeState, stats: RolloutStats) -> Episode:
 
 
 
-def start_episodes(envs_or_factory, tasks: list[dict], tok, params: SamplingParams, *, n_per_task: int,
-                   seed: int | None, max_seq_len: int | None,
+def start_episodes(envs_or_factory, tasks: list[dict], tok, params: SamplingParams, *,
+                   n_per_task: int, seed: int | None, max_seq_len: int | None,
                    ) -> tuple[list[EpisodeState], RolloutStats, tuple[str, ...]]:
     """The episodes' states, the rollout's stats and the turns' stop strings (``params.stop``
     and every env's): one env per episode (``make_envs``) is reset (episode ``i`` plays
@@ -240,10 +243,11 @@ def start_episodes(envs_or_factory, tasks: list[dict], tok, params: SamplingPara
     runs, prompts = [], []
     for i, env in enumerate(envs):
         task = tasks[i // n_per_task]
-        obs, info = env.reset(seed=None if seed is None else derive_seed(seed, i), options={"task": task})
+        obs, info = env.reset(seed=None if seed is None else derive_seed(seed, i),
+                              options={"task": task})
         prompts.append(observation_text(obs))
-        info = {**info, "turns": [], "answer": None, "tool_calls": 0, "tool_errors": 0, "infra_errors": 0,
-                "malformed_turns": 0, "truncated_by": None}
+        info = {**info, "turns": [], "answer": None, "tool_calls": 0, "tool_errors": 0,
+                "infra_errors": 0, "malformed_turns": 0, "truncated_by": None}
         if isinstance(obs, dict) and obs.get("images"):
             info["images"] = list(obs["images"])
         runs.append(EpisodeState(env, task, [], [], [], 0, info))
@@ -251,18 +255,20 @@ def start_episodes(envs_or_factory, tasks: list[dict], tok, params: SamplingPara
     prompt_ids = tok(prompts, add_special_tokens=False)["input_ids"] if prompts else []
     stats.time_tokenize += time.perf_counter() - t0
     for r, ids in zip(runs, prompt_ids):
-        r.ids, r.mask, r.logprobs, r.prompt_len = list(ids), [0] * len(ids), [0.0] * len(ids), len(ids)
+        r.ids, r.mask, r.logprobs = list(ids), [0] * len(ids), [0.0] * len(ids)
+        r.prompt_len = len(ids)
         if max_seq_len is not None and len(ids) >= max_seq_len:
-            raise ValueError(f"the prompt of task {_task_id(r)!r} has {len(ids)} tokens, which leaves "
-                             f"no room for a response under max_seq_len={max_seq_len}; raise "
-                             "max_seq_len or shorten the prompt (it is never cut)")
+            raise ValueError(f"the prompt of task {_task_id(r)!r} has {len(ids)} tokens, which "
+                             f"leaves no room for a response under max_seq_len={max_seq_len}; "
+                             "raise max_seq_len or shorten the prompt (it is never cut)")
     return runs, stats, stop_strings(params, envs)
 
 
 def take_generation(r: EpisodeState, g: Generation, tok, max_seq_len: int | None,
                     stats: RolloutStats) -> str | None:
     """Append a sampled turn to the episode (mask 1, its logprobs); returns the turn's decoded
-    text for the env, or ``None`` when it ran past ``max_seq_len`` (cut there, episode truncated)."""
+    text for the env, or ``None`` when it ran past ``max_seq_len`` (cut there,
+    episode truncated)."""
     ids, lps = list(g.token_ids), list(g.logprobs)
     cut = max_seq_len is not None and len(r.ids) + len(ids) > max_seq_len
     if cut:

@@ -75,8 +75,8 @@ def _llvmlite_compat() -> None:
         return
     cls = type(lib)
     if cls not in _LLVMLITE_SAFE_CLASSES:
-        _LLVMLITE_SAFE_CLASSES[cls] = type(cls.__name__, (cls,), {"__slots__": (),
-                                                                 "__dict__": property(lambda self: {})})
+        _LLVMLITE_SAFE_CLASSES[cls] = type(
+            cls.__name__, (cls,), {"__slots__": (), "__dict__": property(lambda self: {})})
     lib.__class__ = _LLVMLITE_SAFE_CLASSES[cls]
 
 
@@ -141,7 +141,8 @@ class VLLMBackend:
             kwargs["max_num_batched_tokens"] = max(8192, max_model_len * max_num_seqs)
         if self.lora:
             kwargs.update(enable_lora=True, max_loras=1,
-                          max_lora_rank=max(max_lora_rank, *(c.r for c in model.peft_config.values())))
+                          max_lora_rank=max(max_lora_rank,
+                                            *(c.r for c in model.peft_config.values())))
         self.llm = LLM(model=str(_model_folder(model, tokenizer, self.workdir / "base")), **kwargs)
         torch.set_num_threads(threads)
         self._lora_request = None
@@ -163,7 +164,8 @@ class VLLMBackend:
                 shutil.rmtree(old.lora_path, ignore_errors=True)
             return
         runner = self.llm.llm_engine.model_executor.driver_worker.worker.model_runner
-        runner.reload_weights(weights_iterator=((n, p.detach()) for n, p in model.state_dict().items()))
+        runner.reload_weights(weights_iterator=((n, p.detach())
+                                                for n, p in model.state_dict().items()))
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         from vllm.inputs import TokensPrompt
@@ -171,8 +173,9 @@ class VLLMBackend:
         if not prompts:
             return []
         reqs = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
-        outs = self.llm.generate(reqs, [vllm_sampling_params(params, i) for i in range(len(prompts))],
-                                 lora_request=self._lora_request, use_tqdm=False)
+        outs = self.llm.generate(
+            reqs, [vllm_sampling_params(params, i) for i in range(len(prompts))],
+            lora_request=self._lora_request, use_tqdm=False)
         return [generation_from_output(o.outputs[0]) for o in outs]
 
     def close(self) -> None:
