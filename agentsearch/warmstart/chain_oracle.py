@@ -40,8 +40,8 @@ def check_chain_strategies(shares: dict[str, float]) -> dict[str, float]:
     """``shares`` validated: names of ``CHAIN_STRATEGIES``, non-negative, summing to 1."""
     unknown = sorted(set(shares) - set(CHAIN_STRATEGIES))
     if unknown:
-        raise ValueError(f"unknown chain oracle strategies {unknown}; choose from {list(CHAIN_STRATEGIES)} "
-                         "(env_kwargs.world_questions=chains)")
+        raise ValueError(f"unknown chain oracle strategies {unknown}; choose from "
+                         f"{list(CHAIN_STRATEGIES)} (env_kwargs.world_questions=chains)")
     if not shares or any(v < 0 for v in shares.values()) or abs(sum(shares.values()) - 1.0) > 1e-6:
         raise ValueError(f"chain strategy shares must be non-negative and sum to 1: {shares}")
     return {k: float(v) for k, v in shares.items()}
@@ -67,7 +67,8 @@ def chain_oracle(tasks: list[dict], titles: dict[str, str], turn_format: str = "
     strategy_of = {q: rng.choices(names, weights)[0] for q in by_question}
 
     def policy(conversation: str) -> str:
-        m = next((m for m in _QUESTION.finditer(conversation) if m.group(1).strip() in by_question), None)
+        m = next((m for m in _QUESTION.finditer(conversation)
+                  if m.group(1).strip() in by_question), None)
         if m is None:
             raise KeyError("the chain oracle does not know this conversation's question")
         q = m.group(1).strip()
@@ -75,7 +76,8 @@ def chain_oracle(tasks: list[dict], titles: dict[str, str], turn_format: str = "
         stop = len(hops) if strategy_of[q] == "thorough" else int(strategy_of[q][len("stop"):])
         done = (conversation.count("\n\n<information>") if turn_format == "tags"
                 else conversation.count("<tool_response>"))
-        if stop < len(hops) and done >= stop:  # answer with the next hop's name, read in the last article
+        # answer with the next hop's name, read in the last article
+        if stop < len(hops) and done >= stop:
             if turn_format == "tags":
                 pre = "<think>The documents answer it.</think>\n" if think else ""
                 return f"{pre}<answer> {hops[stop]} </answer>"
@@ -107,9 +109,10 @@ def chain_oracle_episodes(envs, tok, *, world_seed: int = 0, world_entities: int
     tasks = list(read_jsonl(folder / "train.jsonl"))
     if question_types is not None:
         tasks = [t for t in tasks if t.get("type") in set(question_types)]
-    titles = {row["id"]: split_contents(row["contents"])[0] for row in read_jsonl(folder / "corpus.jsonl")}
-    policy = chain_oracle(tasks, titles, turn_format, eos=tok.eos_token or "", think=think, seed=seed,
-                          strategies=strategies)
+    titles = {row["id"]: split_contents(row["contents"])[0]
+              for row in read_jsonl(folder / "corpus.jsonl")}
+    policy = chain_oracle(tasks, titles, turn_format, eos=tok.eos_token or "", think=think,
+                          seed=seed, strategies=strategies)
     random.Random(seed).shuffle(tasks)
     backend = ScriptedBackend(tok, policy)
     params = SamplingParams(max_new_tokens=256, temperature=1.0)

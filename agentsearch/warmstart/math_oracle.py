@@ -41,7 +41,8 @@ def check_math_strategies(shares: dict[str, float]) -> dict[str, float]:
     """``shares`` validated: names of ``MATH_STRATEGIES``, non-negative, summing to 1."""
     unknown = sorted(set(shares) - set(MATH_STRATEGIES))
     if unknown:
-        raise ValueError(f"unknown math oracle strategies {unknown}; choose from {list(MATH_STRATEGIES)}")
+        raise ValueError(f"unknown math oracle strategies {unknown}; choose from "
+                         f"{list(MATH_STRATEGIES)}")
     if not shares or any(v < 0 for v in shares.values()) or abs(sum(shares.values()) - 1.0) > 1e-6:
         raise ValueError(f"math strategy shares must be non-negative and sum to 1: {shares}")
     return {k: float(v) for k, v in shares.items()}
@@ -62,7 +63,8 @@ def math_oracle(tasks: list[dict], *, seed: int = 0,
     strategy_of = {q: rng.choices(names, weights)[0] for q in by_problem}
 
     def policy(conversation: str) -> str:
-        m = next((m for m in _PROBLEM.finditer(conversation) if m.group(1).strip() in by_problem), None)
+        m = next((m for m in _PROBLEM.finditer(conversation)
+                  if m.group(1).strip() in by_problem), None)
         if m is None:
             raise KeyError("the math oracle does not know this conversation's problem")
         task = by_problem[m.group(1).strip()]

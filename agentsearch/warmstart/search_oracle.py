@@ -68,7 +68,8 @@ _QUESTION = re.compile(r"Question: (.*?)(?:\n|<\|im_end\|>|</s>|$)")
 
 def search_oracle(tasks: list[dict], titles: dict[str, str], turn_format: str = "tags",
                   eos: str = "<|im_end|>", *, think: bool = True, noise: float = 0.0,
-                  seed: int = 0, strategies: dict[str, float] | None = None) -> Callable[[str], str]:
+                  seed: int = 0, strategies: dict[str, float] | None = None
+                  ) -> Callable[[str], str]:
     """A policy ``conversation -> turn`` for tasks with ``gold_doc_ids``; ``titles`` maps
     document ids to article titles. ``eos`` ends JSON-format turns (the template's
     end-of-turn text). ``strategies``: shares of ``STRATEGIES`` (default all ``thorough``);
@@ -128,7 +129,8 @@ def world_oracle(split: str = "train", seed: int = 0, entities: int | None = Non
 
     folder = world_dir(seed=seed, entities=entities)
     tasks = list(read_jsonl(folder / f"{split}.jsonl"))
-    titles = {row["id"]: split_contents(row["contents"])[0] for row in read_jsonl(folder / "corpus.jsonl")}
+    titles = {row["id"]: split_contents(row["contents"])[0]
+              for row in read_jsonl(folder / "corpus.jsonl")}
     return tasks, search_oracle(tasks, titles, turn_format, seed=policy_seed, **policy_kwargs)
 
 
@@ -137,7 +139,8 @@ def _evidence_ok(ep: Episode, tok) -> bool:
     answer = str(ep.info.get("answer") or "").strip()
     if not ep.terminated or not answer:
         return False
-    env_ids = [t for t, m in zip(ep.token_ids[ep.prompt_len:], ep.action_mask[ep.prompt_len:]) if not m]
+    env_ids = [t for t, m in zip(ep.token_ids[ep.prompt_len:], ep.action_mask[ep.prompt_len:])
+               if not m]
     return answer in tok.decode(env_ids)
 
 

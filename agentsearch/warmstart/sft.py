@@ -42,7 +42,8 @@ def sft_train(model, episodes: list[Episode], *, steps: int, lr: float, batch_si
                            "the answers?); check the retriever or set sft.steps=0")
     device = next(model.parameters()).device
     rows = [_row(e, all_tokens, pixel_fn) for e in episodes]
-    opt, sched = make_optimizer(model, lr, warmup_steps=max(steps // 10, 1), decay_steps=max(steps, 1))
+    opt, sched = make_optimizer(model, lr, warmup_steps=max(steps // 10, 1),
+                                decay_steps=max(steps, 1))
     params = [p for group in opt.param_groups for p in group["params"]]
     rng = random.Random(seed)
     model.train()
@@ -51,7 +52,8 @@ def sft_train(model, episodes: list[Episode], *, steps: int, lr: float, batch_si
         batch = rng.sample(rows, min(batch_size, len(rows)))
         mb = pad_rows(batch, device)
         pixels = batch_pixels(model, mb["ids"], [r.pixel_values for r in batch], device)
-        lp = token_logprobs(model, mb["ids"], mb["attn"], target_mask=mb["mask"], pixel_values=pixels)
+        lp = token_logprobs(model, mb["ids"], mb["attn"], target_mask=mb["mask"],
+                            pixel_values=pixels)
         loss = sft_loss(lp, mb["mask"])
         opt.zero_grad(set_to_none=True)
         loss.backward()

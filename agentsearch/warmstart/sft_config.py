@@ -12,7 +12,8 @@ __all__ = ["SFTConfig"]
 
 @dataclass
 class SFTConfig:
-    """Warm start: supervised steps on a scripted oracle agent's trajectories (env tokens masked)."""
+    """Warm start: supervised steps on a scripted oracle agent's trajectories (env tokens
+    masked)."""
 
     steps: int = 0
     """SFT steps on the oracle's trajectories (policy tokens only); 0 disables."""

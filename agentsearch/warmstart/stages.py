@@ -18,9 +18,9 @@ Both imitate the oracle population of ``pretrain_strategies`` / ``strategies``
 (``search_oracle``). Math (``agentsearch/Math-v0`` with the calculator): the same two stages
 on the ``calculator``/``head`` population of ``math_oracle``, policy tokens only; stage 1
 plays ``pretrain_worlds`` other generator seeds (``task_seed`` from ``pretrain_world_seed``:
-other problems), stage 2 the training split. Vision (``agentsearch/Vision-v0``): the same two stages on the
-``look``/``crop``/``guess`` population of ``vision_oracle``, with the episodes' images.
-Both go through the one loop, ``sft.sft_train``.
+other problems), stage 2 the training split. Vision (``agentsearch/Vision-v0``): the same two
+stages on the ``look``/``crop``/``guess`` population of ``vision_oracle``, with the episodes'
+images. Both go through the one loop, ``sft.sft_train``.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ def _pretrain_cache_path(cfg) -> Path:
     from agentsearch.core.cache import cache_dir
 
     s = cfg.sft
-    fields = dict(version=_PRETRAIN_VERSION, model=cfg.model, init_from=cfg.init_from, seed=cfg.seed,
-                  lora=dataclasses.asdict(cfg.lora), dtype=cfg.dtype, env=cfg.env,
+    fields = dict(version=_PRETRAIN_VERSION, model=cfg.model, init_from=cfg.init_from,
+                  seed=cfg.seed, lora=dataclasses.asdict(cfg.lora), dtype=cfg.dtype, env=cfg.env,
                   env_kwargs=cfg.env_kwargs, max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len,
                   steps=s.pretrain_steps, world=s.pretrain_world_seed, worlds=s.pretrain_worlds,
                   episodes=s.pretrain_episodes, lr=s.pretrain_lr or s.lr,
@@ -84,11 +84,13 @@ def _save_pretrained(model, metrics: dict[str, float], folder: Path) -> None:
 
 
 def _disjoint_worlds(kw: dict, first: int, count: int, name: str) -> list[int]:
-    """World seeds ``first`` .. ``first + count - 1``, refused if the training world is one of them."""
+    """World seeds ``first`` .. ``first + count - 1``, refused if the training world is one of
+    them."""
     seeds = [first + i for i in range(count)]
     if kw.get("world_seed", 0) in seeds:
         raise ConfigError(f"sft.pretrain_world_seed (and the {name} after it) must not include "
-                          "env_kwargs.world_seed: the other worlds must not hold the training world's facts")
+                          "env_kwargs.world_seed: the other worlds must not hold the training "
+                          "world's facts")
     return seeds
 
 
@@ -99,7 +101,8 @@ def _log(stage: str, steps: int, every: int | None) -> Callable[[int, float], No
     return lambda step, loss: bar.update(step + 1, f"loss {loss:.4f}")
 
 
-def warm_start(cfg, model, tok, envs, make_envs: Callable[[object, int], list] | None = None) -> dict[str, float]:
+def warm_start(cfg, model, tok, envs,
+               make_envs: Callable[[object, int], list] | None = None) -> dict[str, float]:
     """Run ``cfg.sft`` on ``model`` (module doc); returns the ``sft/*`` metrics.
 
     ``envs`` are the run's training envs; ``make_envs(cfg, count)`` builds envs for another
@@ -117,19 +120,22 @@ def warm_start(cfg, model, tok, envs, make_envs: Callable[[object, int], list] |
                   seed=cfg.seed, max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len,
                   question_types=kw.get("question_types"))
     # chain questions (the hard world) have their own population: agents that stop too early
-    play = chain_oracle_episodes if kw.get("world_questions", "default") == "chains" else oracle_episodes
+    play = (chain_oracle_episodes if kw.get("world_questions", "default") == "chains"
+            else oracle_episodes)
     out: dict[str, float] = {}
 
-    def other_worlds(first: int, count: int, name: str, episodes: int, strategies: dict) -> list[Episode]:
+    def other_worlds(first: int, count: int, name: str, episodes: int,
+                     strategies: dict) -> list[Episode]:
         """The population's transcripts on ``count`` disjoint worlds from seed ``first``."""
         if make_envs is None:
-            raise ValueError(f"warm_start with {name} needs make_envs(cfg, count) to build the other "
-                             "worlds' envs (trainer.setup.build_envs)")
+            raise ValueError(f"warm_start with {name} needs make_envs(cfg, count) to build the "
+                             "other worlds' envs (trainer.setup.build_envs)")
         eps: list[Episode] = []
         for w in _disjoint_worlds(kw, first, count, name):
             other = dataclasses.replace(cfg, env_kwargs={**kw, "world_seed": w})
-            eps += play(make_envs(other, len(envs)), tok, world_seed=w, world_entities=kw.get("world_entities"),
-                        count=episodes, **{**common, "strategies": strategies})
+            eps += play(make_envs(other, len(envs)), tok, world_seed=w,
+                        world_entities=kw.get("world_entities"), count=episodes,
+                        **{**common, "strategies": strategies})
             if s.log_every != 0:
                 print(f"[{name}] world {w}: {len(eps)} transcripts so far", flush=True)
         return eps
@@ -148,21 +154,27 @@ def warm_start(cfg, model, tok, envs, make_envs: Callable[[object, int], list] |
                                s.pretrain_episodes, s.pretrain_strategies or s.strategies)
             steps = s.pretrain_steps
             res = sft_train(model, eps, steps=steps, lr=s.pretrain_lr or s.lr,
-                            batch_size=s.pretrain_batch_size or s.batch_size, seed=cfg.seed, all_tokens=True,
-                            log=_log("pretrain", steps, s.log_every))
-            out.update({"sft/pretrain_loss": res["sft/loss"], "sft/pretrain_episodes": res["sft/episodes"]})
+                            batch_size=s.pretrain_batch_size or s.batch_size, seed=cfg.seed,
+                            all_tokens=True, log=_log("pretrain", steps, s.log_every))
+            out.update({"sft/pretrain_loss": res["sft/loss"],
+                        "sft/pretrain_episodes": res["sft/episodes"]})
             if cached is not None:
                 _save_pretrained(model, out, cached)
             out["sft/pretrain_cached"] = 0.0
     if s.steps > 0:
-        if s.log_every != 0:  # playing the oracle's transcripts takes a while with a real LM's template
-            print(f"[sft] playing {s.episodes} oracle transcripts, then {s.steps} SFT steps", flush=True)
-        eps = play(envs, tok, world_seed=kw.get("world_seed", 0), world_entities=kw.get("world_entities"),
-                   count=s.episodes, **{**common, "strategies": s.strategies})
-        if s.worlds:  # policy tokens where memorised facts do not answer: copy from the observations
-            eps += other_worlds(s.pretrain_world_seed, s.worlds, "sft.worlds", s.episodes, s.strategies)
-        out.update(sft_train(model, eps, steps=s.steps, lr=s.lr, batch_size=s.batch_size, seed=cfg.seed,
-                             log=_log("sft", s.steps, s.log_every)))
+        # playing the oracle's transcripts takes a while with a real LM's template
+        if s.log_every != 0:
+            print(f"[sft] playing {s.episodes} oracle transcripts, then {s.steps} SFT steps",
+                  flush=True)
+        eps = play(envs, tok, world_seed=kw.get("world_seed", 0),
+                   world_entities=kw.get("world_entities"), count=s.episodes,
+                   **{**common, "strategies": s.strategies})
+        # policy tokens where memorised facts do not answer: copy from the observations
+        if s.worlds:
+            eps += other_worlds(s.pretrain_world_seed, s.worlds, "sft.worlds", s.episodes,
+                                s.strategies)
+        out.update(sft_train(model, eps, steps=s.steps, lr=s.lr, batch_size=s.batch_size,
+                             seed=cfg.seed, log=_log("sft", s.steps, s.log_every)))
     return out
 
 
@@ -174,8 +186,9 @@ def _vision(cfg, model, tok, env) -> dict[str, float]:
     ``look``/``crop``/``guess``."""
     s = cfg.sft
     out: dict[str, float] = {}
-    stages = [("pretrain", s.pretrain_steps, s.pretrain_episodes, s.pretrain_strategies or s.strategies,
-               s.pretrain_lr or s.lr, s.pretrain_batch_size or s.batch_size, cfg.seed + 1),
+    stages = [("pretrain", s.pretrain_steps, s.pretrain_episodes,
+               s.pretrain_strategies or s.strategies, s.pretrain_lr or s.lr,
+               s.pretrain_batch_size or s.batch_size, cfg.seed + 1),
               ("sft", s.steps, s.episodes, s.strategies, s.lr, s.batch_size, cfg.seed)]
     for name, steps, n_episodes, shares, lr, batch_size, seed in stages:
         if steps <= 0:
@@ -189,7 +202,8 @@ def _vision(cfg, model, tok, env) -> dict[str, float]:
         prefix = "sft/pretrain_" if name == "pretrain" else "sft/"  # the search warm start's keys
         out.update({prefix + k.split("/", 1)[1]: v for k, v in res.items()})
         for strategy in VISION_STRATEGIES:
-            out[f"{prefix}{strategy}_share"] = sum(e.info["strategy"] == strategy for e in eps) / max(len(eps), 1)
+            out[f"{prefix}{strategy}_share"] = (sum(e.info["strategy"] == strategy for e in eps)
+                                                / max(len(eps), 1))
     return out
 
 
@@ -202,10 +216,12 @@ def _math(cfg, model, tok, envs) -> dict[str, float]:
     task_seed = int(kw.get("task_seed", 0))
     seeds = [s.pretrain_world_seed + i for i in range(s.pretrain_worlds)]
     if task_seed in seeds:
-        raise ConfigError("sft.pretrain_world_seed (and the pretrain_worlds after it) must not include "
-                          "env_kwargs.task_seed: stage 1 plays other problems than the training split")
-    stages = [("pretrain", s.pretrain_steps, seeds, s.pretrain_episodes, s.pretrain_strategies or s.strategies,
-               s.pretrain_lr or s.lr, s.pretrain_batch_size or s.batch_size),
+        raise ConfigError("sft.pretrain_world_seed (and the pretrain_worlds after it) must not "
+                          "include env_kwargs.task_seed: stage 1 plays other problems than the "
+                          "training split")
+    stages = [("pretrain", s.pretrain_steps, seeds, s.pretrain_episodes,
+               s.pretrain_strategies or s.strategies, s.pretrain_lr or s.lr,
+               s.pretrain_batch_size or s.batch_size),
               ("sft", s.steps, [task_seed], s.episodes, s.strategies, s.lr, s.batch_size)]
     out: dict[str, float] = {}
     for name, steps, task_seeds, n_episodes, shares, lr, batch_size in stages:

@@ -26,7 +26,8 @@ import re
 from agentsearch.envs.tasks.vision_tasks import QUARTERS
 from agentsearch.rollout import Episode, EventLoop, SamplingParams, ScriptedBackend, rollout
 
-__all__ = ["VISION_STRATEGIES", "check_vision_strategies", "guess_answer", "crop_region", "vision_oracle_episodes"]
+__all__ = ["VISION_STRATEGIES", "check_vision_strategies", "guess_answer", "crop_region",
+           "vision_oracle_episodes"]
 
 VISION_STRATEGIES = ("look", "crop", "guess")
 _GUESS = {"count": "3", "left_of": "red"}
@@ -74,8 +75,8 @@ def check_vision_strategies(shares: dict[str, float]) -> dict[str, float]:
     """``shares`` validated: names of ``VISION_STRATEGIES``, non-negative, summing to 1."""
     if not set(shares) <= set(VISION_STRATEGIES) or any(v < 0 for v in shares.values()) \
             or abs(sum(shares.values()) - 1) > 1e-6:
-        raise ValueError(f"vision strategies must be shares of {'/'.join(VISION_STRATEGIES)}, non-negative, "
-                         f"summing to 1: {shares}")
+        raise ValueError(f"vision strategies must be shares of {'/'.join(VISION_STRATEGIES)}, "
+                         f"non-negative, summing to 1: {shares}")
     return {k: float(v) for k, v in shares.items()}
 
 
