@@ -27,7 +27,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-os.environ.setdefault("AGENTSEARCH_CACHE", str(Path(__file__).resolve().parent.parent / ".cache" / "test"))
+os.environ.setdefault("AGENTSEARCH_CACHE",
+                      str(Path(__file__).resolve().parent.parent / ".cache" / "test"))
 
 import pytest  # noqa: E402
 import required_extras  # noqa: E402

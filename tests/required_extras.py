@@ -56,7 +56,8 @@ class RequiredExtras:
         reason = skip_reason(report)
         m = _IMPORT_SKIP.search(reason)
         if m and m.group(1).split(".")[0] in REQUIRED_EXTRAS:
-            self.missing.append(f"{report.nodeid or '<collection>'}: {reason.removeprefix('Skipped: ')}")
+            self.missing.append(f"{report.nodeid or '<collection>'}: "
+                                f"{reason.removeprefix('Skipped: ')}")
 
     def pytest_collectreport(self, report) -> None:
         self._note(report)
@@ -66,7 +67,8 @@ class RequiredExtras:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session) -> None:
-        if self.missing and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        if self.missing and session.exitstatus in (pytest.ExitCode.OK,
+                                                   pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
@@ -81,5 +83,6 @@ class RequiredExtras:
 
 
 def pytest_configure(config) -> None:
-    if os.environ.get(ENV_VAR) == "1" and not config.pluginmanager.has_plugin("agentsearch-required-extras"):
+    if (os.environ.get(ENV_VAR) == "1"
+            and not config.pluginmanager.has_plugin("agentsearch-required-extras")):
         config.pluginmanager.register(RequiredExtras(), "agentsearch-required-extras")

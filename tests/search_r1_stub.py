@@ -37,8 +37,8 @@ def search_r1_server(retriever, answer=None):
             if answer is not None:
                 return self._send(200, answer)
             hits = retriever.search(list(req["queries"]), k=int(req.get("topk") or 3))
-            result = [[{"document": {"id": h.doc_id, "contents": h.contents}, "score": h.score} for h in row]
-                      for row in hits]
+            result = [[{"document": {"id": h.doc_id, "contents": h.contents}, "score": h.score}
+                       for h in row] for row in hits]
             if not req.get("return_scores"):
                 result = [[item["document"] for item in row] for row in result]
             self._send(200, {"result": result})

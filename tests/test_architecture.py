@@ -27,7 +27,8 @@ def _lint(root: Path) -> subprocess.CompletedProcess:
 
 def _copy_tree(tmp_path: Path) -> Path:
     """The package's Python files and pyproject.toml, copied to ``tmp_path``."""
-    shutil.copytree(PKG, tmp_path / "agentsearch", ignore=shutil.ignore_patterns("assets", "__pycache__"))
+    shutil.copytree(PKG, tmp_path / "agentsearch",
+                    ignore=shutil.ignore_patterns("assets", "__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     return tmp_path
 
@@ -40,7 +41,8 @@ def test_import_contracts_are_kept():
 
 @pytest.mark.parametrize("module, line, broken", [
     # a lower layer importing a higher one, even lazily inside a function
-    ("core/_back_import.py", "def f():\n    import agentsearch.trainer.loop  # noqa\n", "Layers point one way"),
+    ("core/_back_import.py", "def f():\n    import agentsearch.trainer.loop  # noqa\n",
+     "Layers point one way"),
     # a cycle inside one folder: buffer imports scores, scores now imports buffer
     ("replay/scores.py", "\nimport agentsearch.replay.buffer  # noqa\n", "No import cycles"),
 ])
@@ -58,8 +60,10 @@ def _python_files() -> list[Path]:
 
 
 def test_no_file_over_400_lines():
-    files = _python_files() + list((ROOT / "scripts").rglob("*.py")) + list((ROOT / "tests").rglob("*.py"))
-    long = {str(p.relative_to(ROOT)): n for p in files if (n := len(p.read_text().splitlines())) > 400}
+    files = (_python_files() + list((ROOT / "scripts").rglob("*.py"))
+             + list((ROOT / "tests").rglob("*.py")))
+    long = {str(p.relative_to(ROOT)): n for p in files
+            if (n := len(p.read_text().splitlines())) > 400}
     assert not long, f"split these files (<= 400 lines each): {long}"
 
 
@@ -70,12 +74,14 @@ def test_no_two_modules_share_a_name():
 
 
 def test_public_api_is_lazy_and_works():
-    code = ("import sys, agentsearch; assert 'torch' not in sys.modules, 'import agentsearch pulled torch'; "
+    code = ("import sys, agentsearch; "
+            "assert 'torch' not in sys.modules, 'import agentsearch pulled torch'; "
             "env = agentsearch.make_env('agentsearch/Math-v0'); obs, info = env.reset(seed=0); "
             "assert 'Question' in obs or obs, obs; "
             "assert agentsearch.TrainConfig().replay.kind; "
             "assert callable(agentsearch.train) and callable(agentsearch.load_model)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=ROOT)
     assert out.returncode == 0, out.stderr
     import agentsearch
 

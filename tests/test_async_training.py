@@ -34,8 +34,8 @@ def test_async_section_is_keyed_async_everywhere(tmp_path):
     (["async.oversample=-1"], "oversample=-1 must be >= 0"),
     (["async.enabled=true", "async.oversample=2"], "carry groups across an update"),
     (["async.enabled=true", "async.replay_topup=true"], "carry groups across an update"),
-    (["async.enabled=true", "async.max_staleness=1", "async.oversample=1", "generation.backend=vllm"],
-     "not built with generation.backend=vllm"),
+    (["async.enabled=true", "async.max_staleness=1", "async.oversample=1",
+      "generation.backend=vllm"], "not built with generation.backend=vllm"),
 ])
 def test_bad_async_settings_are_clear_errors(overrides, msg):
     with pytest.raises(ConfigError, match=msg):
@@ -67,9 +67,9 @@ def test_streaming_run_trains_and_logs_overlapping_time(tmp_path):
 def test_overlapped_run_trains_on_stale_groups_through_the_drift_gate(tmp_path):
     """max_staleness=1: the next step's rollout runs while this step updates, so turns arrive
     one version behind, measurably drifted (a warm-started policy has signal to move on)."""
-    train(_cfg("steps=4", "eval.limit=2", "async.enabled=true", "async.max_staleness=1", "async.max_wait_s=0.01",
-               "replay.tau=1e-2", "tool_latency.kind=lognormal", "tool_latency.mean_s=0.05",
-               "tool_latency.sigma=1.0", *WARM), tmp_path, quiet=True)
+    train(_cfg("steps=4", "eval.limit=2", "async.enabled=true", "async.max_staleness=1",
+               "async.max_wait_s=0.01", "replay.tau=1e-2", "tool_latency.kind=lognormal",
+               "tool_latency.mean_s=0.05", "tool_latency.sigma=1.0", *WARM), tmp_path, quiet=True)
     recs = _records(tmp_path)
     assert [r["step"] for r in recs] == [0, 1, 2, 3, 4]
     assert any(r["async/drift_fresh_mean"] > 0 for r in recs[2:])
@@ -89,21 +89,25 @@ def test_oversampled_run_carries_groups_tops_up_with_replay_and_resumes(tmp_path
     """async.oversample=2: four groups in play for two per step; the stragglers (a slow tool
     call) are carried and their length bias logged; replay_topup fills the batch with replayed
     groups when the update is done first. A resume restarts the tasks that were in play."""
-    over = ["async.enabled=true", "async.max_staleness=1", "async.max_wait_s=0.01", "async.oversample=2",
-            "async.replay_topup=true", "replay.kind=hdr", "tool_latency.kind=lognormal",
-            "tool_latency.mean_s=0.1", "tool_latency.sigma=1.5", *WARM]
+    over = ["async.enabled=true", "async.max_staleness=1", "async.max_wait_s=0.01",
+            "async.oversample=2", "async.replay_topup=true", "replay.kind=hdr",
+            "tool_latency.kind=lognormal", "tool_latency.mean_s=0.1", "tool_latency.sigma=1.5",
+            *WARM]
     train(_cfg("steps=4", "checkpoint_every=2", *over), tmp_path, quiet=True)
     recs = _records(tmp_path)
     assert [r["step"] for r in recs] == [0, 1, 2, 3, 4]
     for r in recs[1:]:
-        for key in ("async/carried_groups", "async/taken_carried", "async/len_carried", "async/len_uncarried",
-                    "async/fresh_short", "async/replay_topup"):
+        for key in ("async/carried_groups", "async/taken_carried", "async/len_carried",
+                    "async/len_uncarried", "async/fresh_short", "async/replay_topup"):
             assert key in r, key
-        assert r["rollout/episodes"] == 4 * (2 - r["async/fresh_short"]) and r["async/fresh_short"] <= 1
+        assert (r["rollout/episodes"] == 4 * (2 - r["async/fresh_short"])
+                and r["async/fresh_short"] <= 1)
         assert 0 <= r["async/replay_topup"] <= r["async/fresh_short"]
     assert sum(r["async/carried_groups"] for r in recs[1:]) > 0
-    state = torch.load(tmp_path / "checkpoints" / "step-000002" / "trainer.pt", weights_only=False)["state"]
-    # the step-3 groups taken ahead (2 - short) and the groups in play are the tasks a resume restarts
+    state = torch.load(tmp_path / "checkpoints" / "step-000002" / "trainer.pt",
+                       weights_only=False)["state"]
+    # the step-3 groups taken ahead (2 - short) and the groups in play are the tasks a
+    # resume restarts
     assert state["pool"]["serial"] >= 6 and len(state["pool"]["tasks"]) >= 3
     train(_cfg("steps=4", "checkpoint_every=2", *over), tmp_path, resume=True, quiet=True)
     assert [r["step"] for r in _records(tmp_path)] == [0, 1, 2, 3, 4]

@@ -1,6 +1,6 @@
-"""The shipped bases (``tiny-base``, ``tiny-chain-base``, ``tiny-math-base``): each is what ``scripts/build_base.py``
-builds from its recipe, loads fresh with the dev EM it was built with, and a missing, corrupt
-or mismatched asset is a clear error that names the build script."""
+"""The shipped bases (``tiny-base``, ``tiny-chain-base``, ``tiny-math-base``): each is what
+``scripts/build_base.py`` builds from its recipe, loads fresh with the dev EM it was built with,
+and a missing, corrupt or mismatched asset is a clear error that names the build script."""
 
 import json
 import shutil
@@ -22,8 +22,9 @@ def _build(base: str = "tiny-base") -> dict:
 def test_shipped_base_matches_the_recipe_and_the_code_that_builds_it(base):
     build = _build(base)
     assert not recipe_changes(build["recipe"], base), (
-        f"agentsearch/configs/{BASE_RECIPES[base]}.yaml (or TrainConfig's defaults) changed since the shipped "
-        f"{base} was built ({recipe_changes(build['recipe'], base)}): run scripts/build_base.py --base {base}")
+        f"agentsearch/configs/{BASE_RECIPES[base]}.yaml (or TrainConfig's defaults) changed since "
+        f"the shipped {base} was built ({recipe_changes(build['recipe'], base)}): "
+        f"run scripts/build_base.py --base {base}")
     assert build["code_sha256"] == code_fingerprint(base), (
         "the world, the oracle population, the SFT loop, its optimizer schedule or the tokenizer "
         f"changed since the shipped {base} was built: run scripts/build_base.py --base {base}")
@@ -33,13 +34,15 @@ def test_shipped_base_matches_the_recipe_and_the_code_that_builds_it(base):
 def test_recipe_changes_ignore_a_new_field_at_its_default_and_name_every_real_change():
     recorded = json.loads(json.dumps(_build("tiny-chain-base")["recipe"]))
     assert recipe_changes(recorded, "tiny-chain-base") == []
-    del recorded["sft"]["worlds"]                      # a field added after the build, at its default (0)
+    # a field added after the build, at its default (0)
+    del recorded["sft"]["worlds"]
     assert recipe_changes(recorded, "tiny-chain-base") == []
     recorded["sft"]["steps"] += 1                      # a value the build used differs
     recorded["sft"]["gone"] = 1                        # a field the code no longer has
     assert recipe_changes(recorded, "tiny-chain-base") == ["sft.gone", "sft.steps"]
     recorded = _build("tiny-chain-base-worlds")["recipe"]
-    del recorded["sft"]["worlds"]                      # a new field away from its default is a change
+    # a new field away from its default is a change
+    del recorded["sft"]["worlds"]
     assert recipe_changes(recorded, "tiny-chain-base-worlds") == ["sft.worlds"]
 
 

@@ -129,7 +129,8 @@ def test_the_fit_bootstrap_centres_on_the_queue_models_own_prediction():
 
     suite = ROOT / "docs/results/hard_world/runs-worlds/lat-0"
     runs = figures._runs(str(suite))
-    want = {r["method"]: r for r in predict(runs, 4, 1.0, price=work_model(runs)["price"])["methods"]}
+    want = {r["method"]: r
+            for r in predict(runs, 4, 1.0, price=work_model(runs)["price"])["methods"]}
     for key in ("to_reference", "same_seed"):
         value, lo, hi = figures.predicted_interval(suite, "hdr", 4, 1.0, key)
         assert value == pytest.approx(want["hdr"][key], rel=1e-9) and lo <= value <= hi

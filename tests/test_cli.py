@@ -26,8 +26,8 @@ def test_world_command_writes_a_world(tmp_path):
 
 def test_import_is_light():
     code = ("import sys, agentsearch, agentsearch.cli, agentsearch.core.config; "
-            "heavy = [m for m in ('torch', 'transformers', 'vllm', 'openrlhf', 'pyserini', 'faiss') "
-            "if m in sys.modules]; print(heavy)")
+            "heavy = [m for m in ('torch', 'transformers', 'vllm', 'openrlhf', 'pyserini', "
+            "'faiss') if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -46,7 +46,8 @@ def test_demo_reruns_into_a_new_folder_and_prints_its_table(tmp_path, monkeypatc
     assert len(runs) == 2 and all(r.name.startswith("demo-") for r in runs)
     out = capsys.readouterr().out
     assert out.count("what RL changed") == 2 and str(runs[1].relative_to(tmp_path)) in out
-    assert out.count("learning curve (PNG)") == 2 and (runs[0] / "learning.png").stat().st_size > 1000
+    assert (out.count("learning curve (PNG)") == 2
+            and (runs[0] / "learning.png").stat().st_size > 1000)
     assert (runs[0] / "samples" / "step-0.txt").read_text().startswith("=== ")
     s = json.loads((runs[0] / "demo_summary.json").read_text())
     assert s["steps"] == 1 and s["eval_questions"] == 4 and s["time_by_phase"]["generate"] > 0
@@ -70,8 +71,9 @@ def test_a_training_run_prints_its_own_lines_and_none_of_the_libraries(tmp_path)
            if k not in ("HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE", "PYTHONWARNINGS")}
     env["AGENTSEARCH_CACHE"] = str(tmp_path / "cache")  # the world's BM25 index is built afresh
     out = subprocess.run(
-        [sys.executable, "-m", "agentsearch.cli", "train", "--preset", "tiny", "--out", str(tmp_path / "run"),
-         "steps=1", "prompts_per_step=2", "group_size=2", "eval.limit=4", "threads=1", "tensorboard=false"],
+        [sys.executable, "-m", "agentsearch.cli", "train", "--preset", "tiny", "--out",
+         str(tmp_path / "run"), "steps=1", "prompts_per_step=2", "group_size=2", "eval.limit=4",
+         "threads=1", "tensorboard=false"],
         capture_output=True, text=True, env=env, timeout=300)
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-3000:]

@@ -60,9 +60,11 @@ class WithMapping:
 
 def test_free_form_mapping_values_are_typed():
     cfg = apply_overrides(WithMapping, {"kwargs": {"topk": 3, "name": "x"}},
-                          ["kwargs.topk=2", "kwargs.tau=1e-3", "kwargs.flag=true", "kwargs.none=null",
+                          ["kwargs.topk=2", "kwargs.tau=1e-3", "kwargs.flag=true",
+                           "kwargs.none=null",
                            "kwargs.prompt=Search with <search> q </search>: then answer.",
-                           "kwargs.kinds=[zoom, bar]", "kwargs.tools=[]", "kwargs.sub={a: 1}", "kwargs.odd=[x"])
+                           "kwargs.kinds=[zoom, bar]", "kwargs.tools=[]", "kwargs.sub={a: 1}",
+                           "kwargs.odd=[x"])
     assert cfg.kwargs == {"topk": 2, "name": "x", "tau": 1e-3, "flag": True, "none": None,
                           "prompt": "Search with <search> q </search>: then answer.",
                           "kinds": ["zoom", "bar"], "tools": [], "sub": {"a": 1}, "odd": "[x"}
@@ -89,15 +91,19 @@ def test_presets_pass_validation(preset):
     (["generation.temperature=-1"], "generation.temperature=-1.0 must be > 0"),
     (["checkpoint_every=0"], r"checkpoint_every=0 must be >= 1.*checkpoint_every=steps"),
     (["checkpoint_every=-5"], "checkpoint_every=-5 must be >= 1"),
-    (["loss=cispo", "dual_clip=3"], r"dual_clip=3.0 is used only by loss=grpo, not cispo: unset it"),
-    (["loss=gspo", "clip_low=3e-4", "clip_high=4e-4", "dual_clip=3"], "used only by loss=grpo, not gspo"),
+    (["loss=cispo", "dual_clip=3"],
+     r"dual_clip=3.0 is used only by loss=grpo, not cispo: unset it"),
+    (["loss=gspo", "clip_low=3e-4", "clip_high=4e-4", "dual_clip=3"],
+     "used only by loss=grpo, not gspo"),
     (["dual_clip=1.0"], "dual_clip=1.0 must be > 1"),
-    (["loss=gspo"], r"loss=gspo with clip_low=0.2, clip_high=0.28.*set clip_low=3e-4 clip_high=4e-4"),
+    (["loss=gspo"],
+     r"loss=gspo with clip_low=0.2, clip_high=0.28.*set clip_low=3e-4 clip_high=4e-4"),
     (["loss=gspo", "clip_low=3e-4"], "clip_high=0.28: GSPO clips the sequence-level ratio"),
     (["overlong_buffer=-1"], "overlong_buffer=-1 must be >= 0"),
     (["max_response_tokens=0"], "max_response_tokens=0 must be >= 1"),
     # default budget: 4 turns x 64 new tokens = 256 policy tokens
-    (["overlong_buffer=300"], r"overlong_buffer=300 exceeds the policy-token budget 256.*raise max_response_tokens"),
+    (["overlong_buffer=300"],
+     r"overlong_buffer=300 exceeds the policy-token budget 256.*raise max_response_tokens"),
     (["max_response_tokens=100", "overlong_buffer=101"], "exceeds the policy-token budget 100"),
 ])
 def test_train_config_rejects_what_cannot_work(items, msg):
@@ -111,11 +117,13 @@ def test_train_config_accepts_working_loss_settings():
     assert _train("loss=gspo", "clip_low=3e-4", "clip_high=4e-4", "agg=sequence").agg == "sequence"
     # CISPO clips its IS weight to [1 - clip_low, 1 + clip_high]: both clips are used
     assert _train("loss=cispo", "clip_low=0.5", "clip_high=2.0").clip_high == 2.0
-    assert _train("eval.temperature=0").eval.temperature == 0.0                  # greedy eval is fine
+    # greedy eval is fine
+    assert _train("eval.temperature=0").eval.temperature == 0.0
 
 
 def test_overlong_shaping_measures_a_policy_token_budget():
-    cfg = _train("max_turns=3", "generation.max_new_tokens=20", "overlong_buffer=10", "max_seq_len=4096")
+    cfg = _train("max_turns=3", "generation.max_new_tokens=20", "overlong_buffer=10",
+                 "max_seq_len=4096")
     assert cfg.response_budget == 60 and cfg.overlong_shaping() == (60, 10, 1.0)  # not max_seq_len
     cfg = _train("max_response_tokens=50", "overlong_buffer=50", "overlong_penalty=0.5")
     assert cfg.overlong_shaping() == (50, 50, 0.5)

@@ -77,7 +77,8 @@ def test_latest_is_the_newest_intact_checkpoint(tmp_path, caplog):
 def test_a_crash_between_rename_and_marker_resumes_from_the_renamed_one(tmp_path):
     _save(tmp_path, 2, 2.0)
     _save(tmp_path, 4, 4.0)
-    (tmp_path / "checkpoints" / "latest").write_text("step-000002\n")  # the marker was not updated yet
+    # the marker was not updated yet
+    (tmp_path / "checkpoints" / "latest").write_text("step-000002\n")
     assert latest_checkpoint(tmp_path).name == "step-000004"
 
 
@@ -100,17 +101,20 @@ def test_saving_the_same_step_again_replaces_it_whole(tmp_path):
 
 def test_a_metrics_line_cut_by_a_crash_is_dropped_on_resume(tmp_path):
     path = tmp_path / "metrics.jsonl"
-    path.write_text("".join(json.dumps({"step": s, "x": s}) + "\n" for s in range(4)) + '{"step": 4, "x"')
+    path.write_text("".join(json.dumps({"step": s, "x": s}) + "\n"
+                            for s in range(4)) + '{"step": 4, "x"')
     logger = MetricsLogger(tmp_path, tensorboard=False)
     logger.truncate_after(2)
     before = time.time()
     logger.log(3, {"x": 3})
     logger.close()
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [0, 1, 2, 3]
-    last = json.loads(path.read_text().splitlines()[-1])  # stamped with the clock (who shared the machine)
+    # stamped with the clock (who shared the machine)
+    last = json.loads(path.read_text().splitlines()[-1])
     assert last["x"] == 3 and before - 0.1 <= last["clock/unix_seconds"] <= time.time() + 0.1
     assert is_timing("clock/unix_seconds")  # a resumed run's stamps differ from the reference's
-    path.write_text('{"step": 0}\nnot json\n{"step": 1}\n')  # damage that is not a crash's: an error
+    # damage that is not a crash's: an error
+    path.write_text('{"step": 0}\nnot json\n{"step": 1}\n')
     with pytest.raises(ValueError, match="line 2 is not JSON"):
         MetricsLogger(tmp_path, tensorboard=False).truncate_after(1)
 
@@ -118,7 +122,8 @@ def test_a_metrics_line_cut_by_a_crash_is_dropped_on_resume(tmp_path):
 def test_timing_metrics_are_told_apart():
     assert all(map(is_timing, ["time/step", "rollout/tokenize_seconds", "health/infra_outage_s",
                                "rollout/tool_latency_s"]))
-    assert not any(map(is_timing, ["reward/total", "replay/buffer_mb", "train/loss", "rollout/infra_errors"]))
+    assert not any(map(is_timing, ["reward/total", "replay/buffer_mb", "train/loss",
+                                   "rollout/infra_errors"]))
 
 
 @pytest.mark.slow
@@ -126,13 +131,14 @@ def test_killed_runs_resume_into_the_uninterrupted_run(tmp_path):
     """Two trials: SIGKILL after a checkpoint's rename before its `latest` marker, and at a
     random instant; both resumes are the reference run, byte for byte."""
     over = ["steps=4", "prompts_per_step=4", "group_size=4", "checkpoint_every=1", "eval.every=0",
-            "eval.limit=8", "threads=1", "tensorboard=false", "replay.capacity=16", "replay.k_rep=2",
-            "replay.scan_chunk=2"]
+            "eval.limit=8", "threads=1", "tensorboard=false", "replay.capacity=16",
+            "replay.k_rep=2", "replay.scan_chunk=2"]
     summary = run_trials(tmp_path, n=2, seed=3, overrides=over, points=("checkpoint:renamed@2",),
                          log=lambda *_: None)
     assert summary["exact"] == 2, json.dumps(summary["runs"], indent=1)
     renamed = summary["runs"][0]
-    assert renamed["resumed_from"] == 2 and renamed["killed_at_step"] == 2  # the renamed one, not step 1's
+    # the renamed one, not step 1's
+    assert renamed["resumed_from"] == 2 and renamed["killed_at_step"] == 2
     ref = tmp_path / "reference"
     replay = torch.load(ref / "checkpoints" / "step-000004" / "replay.pt", weights_only=False)
     assert len(replay["groups"]) > 0  # the buffer compared byte for byte holds groups

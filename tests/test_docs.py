@@ -61,12 +61,14 @@ def broken_links(path: Path) -> list[str]:
 
 def missing_doc_mentions(path: Path, root: Path = ROOT) -> list[str]:
     """`docs/....md` paths mentioned anywhere in `path` (prose or code) that do not exist."""
-    return [m for m in DOC_MENTION.findall(path.read_text(encoding="utf-8")) if not (root / m).is_file()]
+    return [m for m in DOC_MENTION.findall(path.read_text(encoding="utf-8"))
+            if not (root / m).is_file()]
 
 
 def test_readme_is_a_first_hour():
     n = len(README.read_text(encoding="utf-8").splitlines())
-    assert n <= README_MAX_LINES, f"README.md has {n} lines (at most {README_MAX_LINES}): move the manual into docs/"
+    assert n <= README_MAX_LINES, (f"README.md has {n} lines (at most {README_MAX_LINES}): "
+                                   "move the manual into docs/")
 
 
 def test_config_reference_ends_with_its_table():
@@ -87,7 +89,8 @@ def test_every_relative_link_resolves():
 
 
 def test_every_mentioned_doc_exists():
-    missing = {str(p.relative_to(ROOT)): m for p in markdown_files() if (m := missing_doc_mentions(p))}
+    missing = {str(p.relative_to(ROOT)): m for p in markdown_files()
+               if (m := missing_doc_mentions(p))}
     assert missing == {}
 
 
@@ -98,11 +101,13 @@ def test_the_checks_catch_a_broken_link_and_a_missing_doc(tmp_path):
     page.write_text(
         "# A\n\nSee [here](docs/here.md#the-top-of-it), [again](docs/here.md#top-1),\n"
         "[the web](https://example.org/x.md), [self](#a), [no such anchor](docs/here.md#top-2),\n"
-        "[gone](docs/gone.md), ![a plot](plots/missing.png \"title\") and [gone too](docs/gone2.md#sec).\n"
+        "[gone](docs/gone.md), ![a plot](plots/missing.png \"title\") and "
+        "[gone too](docs/gone2.md#sec).\n"
         "```python\nx = d[0](1)  # [not a link](nowhere.md)\n```\n"
         "Mentions: `docs/here.md`, `docs/absent.md`.\n"
     )
     assert broken_links(page) == ["docs/here.md#top-2", "docs/gone.md", "plots/missing.png",
                                   "docs/gone2.md#sec"]
-    assert missing_doc_mentions(page, root=tmp_path) == ["docs/gone.md", "docs/gone2.md", "docs/absent.md"]
+    assert missing_doc_mentions(page, root=tmp_path) == ["docs/gone.md", "docs/gone2.md",
+                                                         "docs/absent.md"]
     assert [p.name for p in markdown_files(tmp_path)] == ["README.md", "here.md"]

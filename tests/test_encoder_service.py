@@ -18,8 +18,8 @@ from agentsearch.retrievers.encoder_service import create_encoder_app
 def setup(tmp_path_factory, small_world_path):
     root = tmp_path_factory.mktemp("encsvc")
     enc_dir = save_tiny_encoder(root / "tiny-e5-bert")
-    index = build_index(small_world_path / "corpus.jsonl", "dense-flat", root / "flat", encoder=enc_dir,
-                        max_length=64, progress=False)
+    index = build_index(small_world_path / "corpus.jsonl", "dense-flat", root / "flat",
+                        encoder=enc_dir, max_length=64, progress=False)
     enc = Encoder(enc_dir, max_length=64)
     with serve_in_thread(create_encoder_app(enc, window_ms=20)) as url:
         yield {"index": index, "url": url, "enc": enc, "enc_dir": enc_dir}
@@ -28,7 +28,8 @@ def setup(tmp_path_factory, small_world_path):
 def test_shared_service_gives_the_local_hits(setup):
     local = load_retriever(setup["index"])
     a = load_retriever(setup["index"], encoder_url=setup["url"])
-    b = load_retriever(setup["index"], encoder_url=setup["url"])  # a second worker, no model of its own
+    # a second worker, no model of its own
+    b = load_retriever(setup["index"], encoder_url=setup["url"])
     assert not hasattr(a.encoder, "model") and "via http" in a.devices["encoder"]
     qs = ["Who founded the company?", "", "capital city of the north"]
     want = [[h.doc_id for h in hs] for hs in local.search(qs, 5)]
@@ -58,7 +59,8 @@ def test_concurrent_requests_share_forwards(setup):
 def test_bad_requests_and_mismatched_services(setup, tmp_path):
     bad = httpx.post(setup["url"] + "/encode", content=b"not json")
     assert bad.status_code == 422 and "texts" in bad.json()["detail"]
-    assert httpx.post(setup["url"] + "/encode", json={"texts": ["a"], "kind": "image"}).status_code == 422
+    assert httpx.post(setup["url"] + "/encode",
+                      json={"texts": ["a"], "kind": "image"}).status_code == 422
     huge = httpx.post(setup["url"] + "/encode", content=b" " * ((64 << 20) + 1))
     assert huge.status_code == 413 and "split the texts" in huge.json()["detail"]
     # A service with another encoder config (here: max_length) refuses to serve this index.

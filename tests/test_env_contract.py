@@ -52,7 +52,8 @@ def test_check_env_cli_entry(capsys):
     assert check_main(A()) == 1  # the unknown id fails, Math passes
     out = capsys.readouterr().out
     assert "ok   agentsearch/Math-v0 [turn_format=tags, tools=('calculator', 'python')]" in out
-    assert "ok   agentsearch/Math-v0 [turn_format=json]" in out and "FAIL agentsearch/Nope-v0" in out
+    assert ("ok   agentsearch/Math-v0 [turn_format=json]" in out
+            and "FAIL agentsearch/Nope-v0" in out)
 
 
 def _titles(world_path) -> dict[str, str]:
@@ -80,7 +81,8 @@ def test_scripted_correct_episode_scores_one(world_path, fmt):
         assert ("<information>" in obs) == (fmt == "tags")
         assert ("<tool_response>" in obs) == (fmt == "json")
     end = "" if fmt == "tags" else "<|im_end|>"
-    obs, reward, term, trunc, info = env.step(f"<answer> {task['golden_answers'][0]} </answer>{end}")
+    obs, reward, term, trunc, info = env.step(
+        f"<answer> {task['golden_answers'][0]} </answer>{end}")
     assert (term, trunc, obs) == (True, False, "")
     assert info["answer_correct"] is True
     assert info["reward/answer"] == 1.0 and info["reward/format"] == 0.0 and reward == 1.0
@@ -168,14 +170,16 @@ def test_env_templates_render_like_transformers():
     env = MathEnv(turn_format="json", tools=("calculator",))
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2? ünï"},
             {"role": "assistant", "content": "", "tool_calls": [
-                {"type": "function", "function": {"name": "calculator", "arguments": {"expression": "2+2"}}}]},
+                {"type": "function",
+                 "function": {"name": "calculator", "arguments": {"expression": "2+2"}}}]},
             {"role": "tool", "content": "4"}]
     for m, gen in [(msgs[:2], True), (msgs, True), (msgs[:3], False)]:
         ours = ChatFormat(None).render(m, tools=env.tool_schemas(), add_generation_prompt=gen)
         assert ours == tok.apply_chat_template(m, tools=env.tool_schemas(), tokenize=False,
                                                add_generation_prompt=gen)
     fmt = ChatFormat(None)
-    assert fmt.close_turn("x<|im_end|>") == "\n" and fmt.close_turn("x</tool_call>") == "<|im_end|>\n"
+    assert (fmt.close_turn("x<|im_end|>") == "\n"
+            and fmt.close_turn("x</tool_call>") == "<|im_end|>\n")
     with pytest.raises(FileNotFoundError, match="neither a jinja template"):
         ChatFormat("no/such/template.jinja")
 

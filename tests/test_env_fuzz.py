@@ -21,13 +21,16 @@ from agentsearch.envs.fuzz import fuzz_env
 
 # (env id, settings, actions): 10,000 actions per env id
 FUZZ_RUNS = {
-    "search": [("agentsearch/Search-v0", {}, 4000), ("agentsearch/Search-v0", {"turn_format": "json"}, 4000),
+    "search": [("agentsearch/Search-v0", {}, 4000),
+               ("agentsearch/Search-v0", {"turn_format": "json"}, 4000),
                ("agentsearch/Search-v0", {"parser": "search_r1"}, 2000)],
     "math": [("agentsearch/Math-v0", {"tools": ("calculator",)}, 4750),
              ("agentsearch/Math-v0", {"turn_format": "json", "tools": ("calculator",)}, 4750),
              ("agentsearch/Math-v0", {"tools": ("calculator", "python")}, 500)],
-    "vision": [("agentsearch/Vision-v0", {}, 5000), ("agentsearch/Vision-v0", {"turn_format": "json"}, 5000)],
-    "keychain": [("agentsearch/KeyChain-v0", {}, 5000), ("agentsearch/KeyChain-v0", {"turn_format": "json"}, 5000)],
+    "vision": [("agentsearch/Vision-v0", {}, 5000),
+               ("agentsearch/Vision-v0", {"turn_format": "json"}, 5000)],
+    "keychain": [("agentsearch/KeyChain-v0", {}, 5000),
+                 ("agentsearch/KeyChain-v0", {"turn_format": "json"}, 5000)],
 }
 
 
@@ -40,7 +43,8 @@ def test_10000_adversarial_actions_per_env(family):
         assert report.failures == [], f"{env_id} {kw}:\n" + "\n".join(report.failures)
         assert report.steps == n
         # the generator reaches every kind of turn: malformed ones, tool calls, answers
-        assert report.malformed > n // 4 and report.tool_calls > n // 40 and report.answers > n // 40, report
+        assert (report.malformed > n // 4 and report.tool_calls > n // 40
+                and report.answers > n // 40), report
 
 
 def test_fuzz_catches_an_env_that_breaks_the_contract():
@@ -66,22 +70,26 @@ def test_fuzz_catches_an_env_that_breaks_the_contract():
 PIECES = ["<think>", "</think>", "<search>", "</search>", "<answer>", "</answer>",
           "<information>", "</information>", "<tool_call>", "</tool_call>", "<calculator>",
           "</calculator>", "\\boxed{", "}", "{", "<|im_end|>", "<|im_start|>", '"name"',
-          '{"name": "search", "arguments": {"query": ', '{"name": "calculator", "arguments": {"expression": ',
+          '{"name": "search", "arguments": {"query": ',
+          '{"name": "calculator", "arguments": {"expression": ',
           '"}}', "\n", " ", "🙂", "\x00", "日本"]
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children,
+                                                                      max_size=4),
     max_leaves=12)
 
 actions = st.one_of(
     st.text(max_size=200),                                                    # random unicode
     st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=12)), max_size=14).map("".join),
-    st.builds(lambda n, c: f"<search>{c * n}</search>", st.integers(0, 60_000), st.sampled_from("a 日")),
+    st.builds(lambda n, c: f"<search>{c * n}</search>", st.integers(0, 60_000),
+              st.sampled_from("a 日")),
     json_values.map(lambda v: f"<tool_call>{json.dumps(v)}</tool_call>"),     # JSON garbage
     st.builds(lambda q: "<tool_call>" + json.dumps({"name": "search", "arguments": {"query": q}})
               + "</tool_call>", st.text(max_size=30)),
-    st.builds(lambda e: f"<calculator>{e}</calculator>", st.text(alphabet="0123456789+-*/^().e ", max_size=40)),
+    st.builds(lambda e: f"<calculator>{e}</calculator>",
+              st.text(alphabet="0123456789+-*/^().e ", max_size=40)),
     st.just(""),
 )
 
@@ -125,4 +133,5 @@ def test_huge_query_is_cut_not_fatal():
     env = make_env("agentsearch/Search-v0")
     env.reset(seed=0)
     obs, _, _, _, info = env.step(f"<search>{env.task['question']} " + "word " * 3000 + "</search>")
-    assert info["error"] is None and obs.count("Doc ") >= 1 and len(obs) < env.config.max_obs_chars + 100
+    assert (info["error"] is None and obs.count("Doc ") >= 1
+            and len(obs) < env.config.max_obs_chars + 100)

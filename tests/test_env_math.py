@@ -23,14 +23,16 @@ def test_generator_is_seeded_and_splits_are_disjoint():
 
 
 def test_arithmetic_answers_check_out():
-    for row in synthetic_math("dev") + synthetic_math("train", 2000):  # every kind's calculator expression
+    # every kind's calculator expression
+    for row in synthetic_math("dev") + synthetic_math("train", 2000):
         assert math_equal(str(evaluate(row["expression"])), row["golden_answers"]), row
     for row in synthetic_math("test", 200):
         if row["type"] in ("chain", "products"):
             expr = row["question"].split(" ", 1)[1].rstrip(".")
             assert str(evaluate(expr)) == row["golden_answers"][0]
         if row["type"] == "discount":
-            assert "." not in row["golden_answers"][0] or len(row["golden_answers"][0].split(".")[1]) <= 4
+            assert ("." not in row["golden_answers"][0]
+                    or len(row["golden_answers"][0].split(".")[1]) <= 4)
 
 
 @pytest.mark.parametrize("raw,alts", [
@@ -47,7 +49,8 @@ def test_champ_is_a_held_out_split():
     rows = champ_tasks()
     assert len(rows) == 270 and all(r["id"].startswith("champ-") for r in rows)
     binom = next(r for r in rows if r["golden_answers"][0].startswith("C(10, 5)"))
-    assert math_equal("252", binom["golden_answers"]) and math_equal("\\binom{10}{5}", binom["golden_answers"])
+    assert (math_equal("252", binom["golden_answers"])
+            and math_equal("\\binom{10}{5}", binom["golden_answers"]))
     env = MathEnv(split="champ")
     obs, info = env.reset(seed=0)
     assert info["task_id"].startswith("champ-") and info["question"] in obs
@@ -65,13 +68,15 @@ def test_scripted_episode_with_calculator_and_python(fmt):
         if fmt == "tags":
             return f"<think>use {name}</think><{name}>{value}</{name}>"
         import json
-        return f"<tool_call>{json.dumps({'name': name, 'arguments': {arg: value}})}</tool_call><|im_end|>"
+        return (f"<tool_call>{json.dumps({'name': name, 'arguments': {arg: value}})}"
+                "</tool_call><|im_end|>")
 
     obs, r, term, trunc, info = env.step(call("calculator", "expression", expr))
     assert task["golden_answers"][0] in obs and info["tool"] == "calculator" and not term
     obs, r, term, trunc, info = env.step(call("python", "code", f"print({expr})"))
     assert task["golden_answers"][0] in obs and info["tool"] == "python"
-    obs, r, term, trunc, info = env.step(f"The result is \\boxed{{{task['golden_answers'][0]}}}<|im_end|>")
+    obs, r, term, trunc, info = env.step("The result is "
+                                         f"\\boxed{{{task['golden_answers'][0]}}}<|im_end|>")
     assert term and info["answer_correct"] and info["reward/answer"] == 1.0 and r == 1.0
 
 

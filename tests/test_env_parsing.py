@@ -54,7 +54,8 @@ def test_tag_stop_strings_and_boxed():
 
 
 @pytest.mark.parametrize("text,kind", [
-    ('<tool_call>\n{"name": "search", "arguments": {"query": "q"}}\n</tool_call><|im_end|>', "tool"),
+    ('<tool_call>\n{"name": "search", "arguments": {"query": "q"}}\n</tool_call><|im_end|>',
+     "tool"),
     ('<tool_call>{"name": "search", "arguments": "{\\"query\\": \\"q\\"}"}</tool_call>', "tool"),
     ("The capital is <answer>Paris</answer><|im_end|>", "answer"),
 ])
@@ -68,7 +69,8 @@ def test_json_turns(text, kind):
     ('<tool_call>{"name": "browse", "arguments": {}}</tool_call>', "unknown tool"),
     ('<tool_call>{"name": "search", "arguments": {}}</tool_call>', "missing required"),
     ('<tool_call>{"name": "search", "arguments": {"query": 3}}</tool_call>', "type string"),
-    ('<tool_call>{"name": "search", "arguments": {"query": "q", "k": 2}}</tool_call>', "unknown argument"),
+    ('<tool_call>{"name": "search", "arguments": {"query": "q", "k": 2}}</tool_call>',
+     "unknown argument"),
     ('<tool_call>{"name": "search"', "unclosed <tool_call>"),
     ("just talking", "neither a tool call nor an answer"),
     ("<answer>unclosed", "unclosed <answer>"),
@@ -120,7 +122,9 @@ def test_degenerate_turns_parse_in_linear_time(piece):
     import time
 
     text = piece * (16000 // len(piece))
-    tags, js = TagParser({"search": "query", "python": "code"}, boxed=True), JsonToolParser({"search": SCHEMA})
+    tags, js = (TagParser({"search": "query", "python": "code"}, boxed=True),
+                JsonToolParser({"search": SCHEMA}))
     t0 = time.perf_counter()
     assert tags.parse(text).kind == "error" and js.parse(text).kind == "error"
-    assert time.perf_counter() - t0 < 0.3  # linear: ~5 ms here; a lazy backreference regex took 0.6 s
+    # linear: ~5 ms here; a lazy backreference regex took 0.6 s
+    assert time.perf_counter() - t0 < 0.3

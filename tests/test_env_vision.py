@@ -71,7 +71,8 @@ def _digest(path) -> str:
 # ------------------------------------------------------------------ synthetic tasks
 def test_tasks_are_seeded_and_splits_disjoint(tmp_path, monkeypatch):
     a, b = synthetic_vision("dev", 40, seed=0), synthetic_vision("dev", 40, seed=0)
-    assert a == b and [r["question"] for r in synthetic_vision("dev", 40, seed=1)] != [r["question"] for r in a]
+    assert (a == b and [r["question"] for r in synthetic_vision("dev", 40, seed=1)]
+            != [r["question"] for r in a])
     assert [r["spec"] for r in synthetic_vision("dev", 40, seed=1)] != [r["spec"] for r in a]
     json.dumps(a)  # rows are JSON-serialisable (the image is a path)
     monkeypatch.setenv("AGENTSEARCH_CACHE", str(tmp_path))  # drawn again elsewhere: same bytes
@@ -168,7 +169,8 @@ def test_check_env_and_contracts_are_clean(kw):
         check_env(env.unwrapped)
     assert [str(w.message) for w in caught if "gymnasium" in str(w.filename)] == []
     env = gymnasium.make("agentsearch/Vision-v0", **kw).unwrapped
-    assert check_text_env(env) == ["reset", "tool-calls", "malformed", "correct-answer", "truncation"]
+    assert check_text_env(env) == ["reset", "tool-calls", "malformed", "correct-answer",
+                                   "truncation"]
     assert check_rollout_contract(gymnasium.make("agentsearch/Vision-v0", **kw).unwrapped) == []
     obs, info = env.reset(seed=0)
     assert obs in env.observation_space and obs["text"].count(TOKEN) == 1
@@ -182,7 +184,8 @@ def test_crop_returns_the_region_enlarged():
     original = obs["images"][0]
     assert original.size == (96, 96) and np.array_equal(np.asarray(original), _pixels(task))
     obs, reward, term, trunc, info = env.step("<think>zoom</think>\n<crop> 10 20 50 40 </crop>")
-    assert (reward, term, trunc, info["tool"], info["tool_error"]) == (0.0, False, False, "crop", False)
+    assert ((reward, term, trunc, info["tool"], info["tool_error"])
+            == (0.0, False, False, "crop", False))
     (region,) = obs["images"]
     assert region.size == (80, 40) and obs["text"].count(TOKEN) == 1
     assert obs["text"].startswith(f"\n\n<information>{TOKEN}\nRegion 10 20 50 40")
@@ -233,15 +236,18 @@ def test_geometry3k_loader_and_env(geo):
     assert [r["id"] for r in rows] == ["geo3k-1", "geo3k-2", "geo3k-3"]
     assert rows[0]["golden_answers"] == ["B", "4\\sqrt{3}"] and rows[0]["answer_type"] == "choice"
     assert rows[0]["question"].startswith("Find x.\nChoices: (A) 3 (B) 4\\sqrt{3} (C) 8 (D) 12")
-    assert rows[1]["golden_answers"] == ["B", "20"] and rows[2]["golden_answers"] == ["\\frac{1}{2}"]
+    assert (rows[1]["golden_answers"] == ["B", "20"]
+            and rows[2]["golden_answers"] == ["\\frac{1}{2}"])
     assert rows[2]["answer_type"] == "math" and Path(rows[2]["image"]).is_absolute()
-    (geo / "all.json").write_text(json.dumps([{"problem": "Q", "answer": "2", "image": "img/2.png"}]))
+    (geo / "all.json").write_text(json.dumps([{"problem": "Q", "answer": "2",
+                                               "image": "img/2.png"}]))
     assert load_geometry3k(geo / "all.json")[0]["image"] == str((geo / "img" / "2.png").resolve())
     folder = geo / "intergps"  # the original layout: <id>/data.json + <id>/img_diagram.png
     for i in (10, 9):
         _png(folder / str(i) / "img_diagram.png")
         (folder / str(i) / "data.json").write_text(json.dumps(
-            {"id": i, "problem_text": f"Problem {i}", "choices": ["1", "2", "3", "4"], "answer": "C"}))
+            {"id": i, "problem_text": f"Problem {i}", "choices": ["1", "2", "3", "4"],
+             "answer": "C"}))
     assert [r["id"] for r in load_geometry3k(folder)] == ["geo3k-9", "geo3k-10"]
     env = VisionEnv(data_path=str(geo / "{split}.jsonl"), split="train")
     assert [t["id"] for t in env.tasks] == ["geo3k-1", "geo3k-2", "geo3k-3"]
@@ -262,7 +268,8 @@ def test_bad_images_are_clear_errors(geo, caplog):
     _png(geo / "img" / "big.png", (300, 200))
 
     def write(name, image, answer="1"):
-        (geo / name).write_text(json.dumps({"problem": "Q", "answer": answer, "image": image}) + "\n")
+        (geo / name).write_text(json.dumps({"problem": "Q", "answer": answer,
+                                            "image": image}) + "\n")
         return geo / name
 
     with pytest.raises(ValueError, match=r"row 0.*img/missing\.png' does not exist"):
@@ -280,7 +287,8 @@ def test_bad_images_are_clear_errors(geo, caplog):
         load_geometry3k(geo / "e.jsonl")
     mixed = geo / "mixed.jsonl"
     mixed.write_text((geo / "a.jsonl").read_text() + (geo / "train.jsonl").read_text())
-    assert len(load_geometry3k(mixed, on_error="skip")) == 3 and "skipped 1 bad record" in caplog.text
+    assert (len(load_geometry3k(mixed, on_error="skip")) == 3
+            and "skipped 1 bad record" in caplog.text)
 
     env = VisionEnv(data_path=str(write("f.jsonl", "img/cut.png")))
     with pytest.raises(ValueError, match=r"cut\.png' is corrupt"):
@@ -288,12 +296,14 @@ def test_bad_images_are_clear_errors(geo, caplog):
     with pytest.raises(gymnasium.error.ResetNeeded):
         env.step("<answer>1</answer>")  # no half-started episode
     for image, match in [(str(geo / "img" / "gone.png"), "does not exist"),
-                         (Image.new("RGB", (300, 300)), "too large"), (None, "must be a file path")]:
+                         (Image.new("RGB", (300, 300)), "too large"),
+                         (None, "must be a file path")]:
         with pytest.raises(ValueError, match=match):
             VisionEnv(max_image_pixels=50_000).reset(
                 options={"task": {"question": "Q", "golden_answers": ["1"], "image": image}})
     rgba = Image.new("RGBA", (8, 8), (0, 0, 0, 0))  # transparent -> white, not black
-    obs, _ = VisionEnv().reset(options={"task": {"question": "Q", "golden_answers": ["1"], "image": rgba}})
+    obs, _ = VisionEnv().reset(options={"task": {"question": "Q", "golden_answers": ["1"],
+                                                 "image": rgba}})
     assert obs["images"][0].getpixel((3, 3)) == (255, 255, 255)
     with pytest.raises(ValueError, match="image_token"):
         VisionEnv(image_token=" ")
@@ -312,15 +322,16 @@ def test_scripted_rollout_crops_then_answers(fmt):
     else:
         call = json.dumps({"name": "crop", "arguments": {"box": "0 0 48 48"}})
         crop = f"<tool_call>\n{call}\n</tool_call><|im_end|>"
-    turns = [crop, f"<think>Now I see it.</think>\n<answer> {task['golden_answers'][0]} </answer>{end}"]
+    turns = [crop,
+             f"<think>Now I see it.</think>\n<answer> {task['golden_answers'][0]} </answer>{end}"]
     texts: list[str] = []
 
     def policy(conversation: str) -> str:
         texts.append(turns[len(texts)])
         return texts[-1]
 
-    episodes, stats = rollout(lambda: VisionEnv(turn_format=fmt), [task], ScriptedBackend(tok, policy),
-                              SamplingParams(max_new_tokens=512))
+    episodes, stats = rollout(lambda: VisionEnv(turn_format=fmt), [task],
+                              ScriptedBackend(tok, policy), SamplingParams(max_new_tokens=512))
     (ep,) = episodes
     assert (ep.reward, ep.answer_correct, ep.terminated, ep.num_turns) == (1.0, True, True, 2)
     assert ep.reward_components == {"reward/answer": 1.0, "reward/format": 0.0}

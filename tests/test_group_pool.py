@@ -45,8 +45,8 @@ def _pool(tok, envs, b: int, oversample: int, n: int = 2):
     sample = lambda k: [{"id": f"t{i}", "question": f"q{i}", "golden_answers": ["2"]}  # noqa: E731
                         for i in itertools.islice(ids, k)]
     engine = MicroBatcher(backend, max_wait_s=0.01)
-    return engine, GroupPool(envs, engine, SamplingParams(seed=0), group_size=n, in_flight=b + oversample,
-                             sample=sample, seed=0, max_turns=4)
+    return engine, GroupPool(envs, engine, SamplingParams(seed=0), group_size=n,
+                             in_flight=b + oversample, sample=sample, seed=0, max_turns=4)
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,8 @@ def test_the_first_groups_to_finish_are_taken_and_a_straggler_is_carried(tok):
     assert took < 0.5  # q0's group (0.6 s tool call) did not hold the step up
     assert sorted(e.task_id for e in eps1) == ["t1", "t1", "t2", "t2", "t3", "t3"]
     m1 = s1.metrics()
-    assert (m1["async/carried_groups"], m1["async/taken_carried"], m1["async/fresh_short"]) == (1.0, 0.0, 0.0)
+    assert ((m1["async/carried_groups"], m1["async/taken_carried"],
+             m1["async/fresh_short"]) == (1.0, 0.0, 0.0))
     assert m1["rollout/episodes"] == 6 and m1["rollout/answer_correct"] == 1.0
     # the carried group finished first in the next take; each take's groups stay together
     assert [e.task_id for e in eps2][:2] == ["t0", "t0"] and len(eps2) == 6
@@ -81,7 +82,8 @@ def test_the_first_groups_to_finish_are_taken_and_a_straggler_is_carried(tok):
     assert m2["async/taken_carried"] == 1.0 and m2["async/carried_groups"] == 1.0
     assert m2["async/len_carried"] > 0 and m2["async/len_uncarried"] > 0
     assert pool.state_dict()["serial"] == 7 and len(pool.state_dict()["tasks"]) == 1
-    assert live <= 2 and engine.live == 0  # the carried group (maybe done, not taken); cancelled with the loop
+    # the carried group (maybe done, not taken); cancelled with the loop
+    assert live <= 2 and engine.live == 0
 
 
 def test_what_groups_in_play_do_between_takes_is_charged_to_the_next_take(tok):
@@ -152,12 +154,14 @@ def test_an_idle_trainer_takes_what_is_ready_when_told_enough(tok):
     # groups t1..t3 finish at once; t0 waits on its tool: at least 2, at most 3 groups taken
     m = stats.metrics()
     assert 2 <= len(eps) // 2 <= 3 and "t0" not in {e.task_id for e in eps}
-    assert m["async/fresh_short"] == 4 - len(eps) // 2 and m["async/carried_groups"] == 4 - len(eps) // 2
+    assert (m["async/fresh_short"] == 4 - len(eps) // 2
+            and m["async/carried_groups"] == 4 - len(eps) // 2)
 
 
 def test_a_resumed_pool_restarts_the_tasks_it_had_in_play(tok):
     engine, pool = _pool(tok, [_env(0.0) for _ in range(4)], b=1, oversample=1)
-    pool.load_state_dict({"serial": 5, "tasks": [{"id": "x", "question": "qx", "golden_answers": ["2"]}]})
+    pool.load_state_dict({"serial": 5,
+                          "tasks": [{"id": "x", "question": "qx", "golden_answers": ["2"]}]})
     with closing(engine):
         eps, _ = asyncio.run(pool.take(2))
     assert sorted({e.task_id for e in eps}) == ["t0", "x"] and pool.serial == 7
@@ -172,10 +176,11 @@ def test_an_env_that_raises_fails_the_take(tok):
 
     backend = ScriptedBackend(tok, lambda conv: "<answer>1</answer>")
     ids = itertools.count()
-    sample = lambda k: [{"id": f"t{next(ids)}", "question": "q", "golden_answers": ["1"]} for _ in range(k)]  # noqa: E731
+    sample = lambda k: [{"id": f"t{next(ids)}", "question": "q", "golden_answers": ["1"]}  # noqa: E731
+                        for _ in range(k)]
     with closing(MicroBatcher(backend)) as engine:
-        pool = GroupPool([Broken() for _ in range(6)], engine, SamplingParams(), group_size=2, in_flight=3,
-                         sample=sample, seed=0)
+        pool = GroupPool([Broken() for _ in range(6)], engine, SamplingParams(), group_size=2,
+                         in_flight=3, sample=sample, seed=0)
         with pytest.raises(RuntimeError, match="env bug"):
             asyncio.run(pool.take(3))
 

@@ -48,25 +48,29 @@ def test_chain_agents_search_the_path_and_stop_where_their_strategy_says(tok):
 
     folder = world_dir(seed=0, questions="chains")
     tasks = [t for t in read_jsonl(folder / "dev.jsonl") if t["hops"] == 4][:12]
-    titles = {r["id"]: split_contents(r["contents"])[0] for r in read_jsonl(folder / "corpus.jsonl")}
-    kw = dict(turn_format="tags", topk=2, chat_template="none", system_prompt="Search, then answer. ",
-              world_questions="chains", split="dev", max_turns=6)
+    titles = {r["id"]: split_contents(r["contents"])[0]
+              for r in read_jsonl(folder / "corpus.jsonl")}
+    kw = dict(turn_format="tags", topk=2, chat_template="none",
+              system_prompt="Search, then answer. ", world_questions="chains", split="dev",
+              max_turns=6)
     envs = [SearchEnv(**kw) for _ in range(len(tasks))]
     for strategy in CHAIN_STRATEGIES:
         policy = chain_oracle(tasks, titles, strategies={strategy: 1.0})
-        eps, _ = rollout(envs, tasks, ScriptedBackend(tok, policy), SamplingParams(max_new_tokens=64),
-                         max_turns=6, seed=0)
+        eps, _ = rollout(envs, tasks, ScriptedBackend(tok, policy),
+                         SamplingParams(max_new_tokens=64), max_turns=6, seed=0)
         searches = 4 if strategy == "thorough" else int(strategy[4:])
         for t, e in zip(tasks, eps):
             assert e.info["tool_calls"] == searches, (strategy, e.info)
-            answer = str(t["golden_answers"][0]) if strategy == "thorough" else titles[t["gold_doc_ids"][searches]]
+            answer = (str(t["golden_answers"][0]) if strategy == "thorough"
+                      else titles[t["gold_doc_ids"][searches]])
             assert e.info["answer"] == answer
         correct = sum(bool(e.answer_correct) for e in eps)
         assert correct >= 11 if strategy == "thorough" else correct == 0, (strategy, correct)
 
 
 def test_chain_strategies_are_seeded_per_question_and_checked_in_the_config():
-    tasks = [{"question": f"q{i}", "golden_answers": ["a"], "gold_doc_ids": []} for i in range(2000)]
+    tasks = [{"question": f"q{i}", "golden_answers": ["a"], "gold_doc_ids": []}
+             for i in range(2000)]
     shares = persistence_shares(0.5)
     a = chain_oracle(tasks, {}, seed=3, strategies=shares).strategy_of
     assert a == chain_oracle(tasks, {}, seed=3, strategies=shares).strategy_of
@@ -104,7 +108,8 @@ def test_a_prompt_zero_variance_on_its_last_two_visits_is_skipped():
     _visit(s, "t2", True)   # one zero-variance visit of two: kept
     drawn = [t["id"] for t in s.sample(20)]
     assert "t0" not in drawn and {"t1", "t2", "t3", "t4"} <= set(drawn)
-    assert s.metrics() == {"sampler/skipped": 5.0, "sampler/skippable": 1.0}  # t0 once per epoch of 5
+    # t0 once per epoch of 5
+    assert s.metrics() == {"sampler/skipped": 5.0, "sampler/skippable": 1.0}
     assert s.metrics()["sampler/skipped"] == 0.0  # counted since the last call
     _visit(s, "t0", False)  # a visit with signal (e.g. explored) brings it back
     assert "t0" in [t["id"] for t in s.sample(5)]
@@ -126,9 +131,10 @@ def test_skipping_explores_saves_its_state_and_never_starves():
 
 # ------------------------------------------------------------------ regeneration
 def test_merged_rollout_stats_add_counts_and_weight_means():
-    a = RolloutStats(episodes=8, time_generate=1.0, tool_calls=3, answer_correct=0.25, reward_mean=0.5,
-                     reward_components={"reward/answer": 0.25})
-    b = RolloutStats(episodes=24, time_generate=2.5, tool_calls=1, answer_correct=0.5, reward_mean=0.0,
+    a = RolloutStats(episodes=8, time_generate=1.0, tool_calls=3, answer_correct=0.25,
+                     reward_mean=0.5, reward_components={"reward/answer": 0.25})
+    b = RolloutStats(episodes=24, time_generate=2.5, tool_calls=1, answer_correct=0.5,
+                     reward_mean=0.0,
                      reward_components={"reward/answer": 0.5, "reward/format": -0.1})
     m = a.merged(b)
     assert (m.episodes, m.time_generate, m.tool_calls) == (32, 3.5, 4)
@@ -151,23 +157,26 @@ def _regenerating(tok, hard: set[str], rounds: int):
         return "<answer>3</answer>" if q in hard or next(calls) % 2 else "<answer>2</answer>"
 
     cfg = apply_overrides(TrainConfig, "tiny", ["prompts_per_step=2", "group_size=4", "max_turns=2",
-                                                 "dynamic_sampling=true", f"regenerate_rounds={rounds}"])
+                                                 "dynamic_sampling=true",
+                                                 f"regenerate_rounds={rounds}"])
     tasks = [{"id": f"t{i}", "question": f"q{i}", "golden_answers": ["2"]} for i in range(40)]
     sampler = TaskSampler(tasks, seed=0)
     events = EventLoop()
     envs = [MathEnv(tools=()) for _ in range(8)]
-    return StepRollouts(cfg, envs, ScriptedBackend(tok, policy), sampler, events, {}), sampler, events
+    return (StepRollouts(cfg, envs, ScriptedBackend(tok, policy), sampler, events, {}),
+            sampler, events)
 
 
 def test_regeneration_replaces_zero_variance_groups_with_new_prompts(tok):
-    first = [t["question"] for t in TaskSampler([{"id": f"t{i}", "question": f"q{i}"} for i in range(40)],
-                                                seed=0).sample(2)]
+    first = [t["question"] for t in TaskSampler([{"id": f"t{i}", "question": f"q{i}"}
+                                                 for i in range(40)], seed=0).sample(2)]
     roll, sampler, events = _regenerating(tok, hard=set(first), rounds=3)
     with events:
         episodes, stats = events.run(roll.of(1))
     m = stats.metrics()
     # round 0: both groups zero-variance; round 1: two new prompts, both with signal
-    assert (m["dynamic/rounds"], m["dynamic/groups_played"], m["dynamic/groups_with_signal"]) == (1.0, 4.0, 2.0)
+    assert (m["dynamic/rounds"], m["dynamic/groups_played"],
+            m["dynamic/groups_with_signal"]) == (1.0, 4.0, 2.0)
     assert m["rollout/episodes"] == 16.0 and m["dynamic/zero_variance_frac_played"] == 0.5
     assert len(episodes) == 8 and not {e.info["question"] for e in episodes} & set(first)
     assert sorted(e.reward for e in episodes[:4]) != [episodes[0].reward] * 4
@@ -179,7 +188,8 @@ def test_regeneration_stops_after_its_rounds_and_keeps_a_full_batch(tok):
     with events:
         episodes, stats = events.run(roll.of(1))
     m = stats.metrics()
-    assert (m["dynamic/rounds"], m["dynamic/groups_played"], m["dynamic/groups_with_signal"]) == (2.0, 6.0, 0.0)
+    assert (m["dynamic/rounds"], m["dynamic/groups_played"],
+            m["dynamic/groups_with_signal"]) == (2.0, 6.0, 0.0)
     assert m["rollout/episodes"] == 24.0 and len(episodes) == 8  # every round's cost counted
     with pytest.raises(ConfigError, match="regenerate_rounds"):
         apply_overrides(TrainConfig, "tiny", ["regenerate_rounds=2"])  # without dynamic_sampling
@@ -189,16 +199,20 @@ def test_regeneration_stops_after_its_rounds_and_keeps_a_full_batch(tok):
 def test_success_only_replays_only_the_successful_responses():
     mask = torch.tensor([[0, 1, 1], [0, 1, 0], [0, 1, 1], [0, 0, 1]], dtype=torch.bool)
     g = ReplayGroup(prompt_id="p", token_ids=torch.arange(12).view(4, 3), action_mask=mask,
-                    gen_logprobs=torch.full((4, 3), math.log(0.5)), advantages=torch.tensor([1.5, -0.5, -0.5, -0.5]),
-                    rewards=torch.tensor([1.0, 0.0, 0.0, 0.0]), answer_correct=torch.tensor([True, False, False, False]),
+                    gen_logprobs=torch.full((4, 3), math.log(0.5)),
+                    advantages=torch.tensor([1.5, -0.5, -0.5, -0.5]),
+                    rewards=torch.tensor([1.0, 0.0, 0.0, 0.0]),
+                    answer_correct=torch.tensor([True, False, False, False]),
                     born_step=0)
     buf = make_replay("success_only", capacity=8, k_rep=1, seed=0)
     assert buf.add([g], step=0) == 1
     sel = buf.select(None, step=1)
     (r,) = sel.accepted
     assert r is not g and r.token_ids.tolist() == [[0, 1, 2]] and r.advantages.tolist() == [1.5]
-    assert r.action_mask.tolist() == [[False, True, True]] and sel.stats["replay/success_rows"] == 1.0
-    assert g.token_ids.shape == (4, 3) and g.replay_count == 1  # the stored group is whole, counted once
+    assert (r.action_mask.tolist() == [[False, True, True]]
+            and sel.stats["replay/success_rows"] == 1.0)
+    # the stored group is whole, counted once
+    assert g.token_ids.shape == (4, 3) and g.replay_count == 1
     state = buf.state_dict()
     again = make_replay("success_only", capacity=8, k_rep=1, seed=0)
     again.load_state_dict(state)
@@ -224,12 +238,14 @@ def test_hop_reach_reads_which_hop_articles_each_episode_saw(tok):
 
     folder = world_dir(seed=0, questions="chains")
     tasks = [t for t in read_jsonl(folder / "dev.jsonl") if t["hops"] in (1, 3)][:10]
-    titles = {r["id"]: split_contents(r["contents"])[0] for r in read_jsonl(folder / "corpus.jsonl")}
-    envs = [SearchEnv(turn_format="tags", topk=2, chat_template="none", world_questions="chains", split="dev",
-                      max_turns=6) for _ in tasks]
+    titles = {r["id"]: split_contents(r["contents"])[0]
+              for r in read_jsonl(folder / "corpus.jsonl")}
+    envs = [SearchEnv(turn_format="tags", topk=2, chat_template="none", world_questions="chains",
+                      split="dev", max_turns=6) for _ in tasks]
     kw = dict(max_new_tokens=64, max_turns=6, max_seq_len=1024)
     full = hop_reach(ScriptedBackend(tok, chain_oracle(tasks, titles)), envs, tasks, titles, **kw)
-    assert set(full) == {"chain3"} and full["chain3"]["reach3"] == 1.0 and full["chain3"]["hop3"] == 1.0
-    two = hop_reach(ScriptedBackend(tok, chain_oracle(tasks, titles, strategies={"stop2": 1.0})), envs, tasks,
-                    titles, **kw)
+    assert (set(full) == {"chain3"} and full["chain3"]["reach3"] == 1.0
+            and full["chain3"]["hop3"] == 1.0)
+    two = hop_reach(ScriptedBackend(tok, chain_oracle(tasks, titles, strategies={"stop2": 1.0})),
+                    envs, tasks, titles, **kw)
     assert two["chain3"]["reach2"] == 1.0 and two["chain3"]["hop3"] == 0.0

@@ -1,4 +1,5 @@
-"""HealthMonitor: each alarm starts at exactly its threshold, clears, comes back; state round trip."""
+"""HealthMonitor: each alarm starts at exactly its threshold, clears, comes back;
+state round trip."""
 
 import pytest
 
@@ -6,9 +7,9 @@ from agentsearch.trainer.health import CHECKS, HealthMonitor
 
 # A healthy step, with the keys the loop logs (rollout, groups, train, replay).
 GOOD = {"reward/total": 0.4, "reward/answer": 0.5, "rollout/answer_correct": 0.5,
-        "groups/zero_variance_frac": 0.25, "rollout/tool_calls": 8.0, "rollout/tool_error_rate": 0.0,
-        "train/nonfinite": 0.0, "train/skipped_no_signal": 0.0, "replay/ingress": 2.0,
-        "replay/accepted": 3.0, "replay/buffer_size": 10.0}
+        "groups/zero_variance_frac": 0.25, "rollout/tool_calls": 8.0,
+        "rollout/tool_error_rate": 0.0, "train/nonfinite": 0.0, "train/skipped_no_signal": 0.0,
+        "replay/ingress": 2.0, "replay/accepted": 3.0, "replay/buffer_size": 10.0}
 
 BAD = {  # check -> the metrics that make one step bad for it (and only it)
     "zero_reward": {"reward/total": -0.1, "reward/answer": 0.0, "rollout/answer_correct": 0.0},
@@ -19,8 +20,8 @@ BAD = {  # check -> the metrics that make one step bad for it (and only it)
     "nonfinite": {"train/nonfinite": 1.0},
 }
 
-THRESHOLDS = dict(zero_reward_steps=4, zero_variance_steps=3, no_signal_steps=2, tool_error_streak=3,
-                  drought_steps=5, nonfinite_steps=2)
+THRESHOLDS = dict(zero_reward_steps=4, zero_variance_steps=3, no_signal_steps=2,
+                  tool_error_streak=3, drought_steps=5, nonfinite_steps=2)
 THRESHOLD = {"zero_reward": 4, "zero_variance": 3, "no_signal": 2, "tool_errors": 3,
              "replay_drought": 5, "nonfinite": 2}
 
@@ -62,7 +63,8 @@ def test_replay_kind_none_never_reports_drought():
 def test_empty_buffer_is_a_drought_too():
     mon = HealthMonitor(drought_steps=2, replay_kind="naive")
     out = _run(mon, [{**GOOD, "replay/buffer_size": 0.0}] * 2)
-    assert out[1][0]["health/replay_drought_steps"] == 2.0 and "replay/buffer_size=0" in out[1][1][0]
+    assert (out[1][0]["health/replay_drought_steps"] == 2.0
+            and "replay/buffer_size=0" in out[1][1][0])
 
 
 def test_missing_keys_leave_counters_unchanged():
@@ -78,7 +80,8 @@ def test_missing_keys_leave_counters_unchanged():
 
 def test_partial_credit_and_no_tool_calls_are_not_bad():
     mon = HealthMonitor(zero_reward_steps=1, tool_error_streak=1)
-    f1_only = {**GOOD, "reward/answer": 0.3, "rollout/answer_correct": 0.0}  # token F1, no exact match
+    # token F1, no exact match
+    f1_only = {**GOOD, "reward/answer": 0.3, "rollout/answer_correct": 0.0}
     no_calls = {**GOOD, "rollout/tool_calls": 0.0, "rollout/tool_error_rate": 0.0}
     for out, warnings in _run(mon, [f1_only, no_calls]):
         assert out["health/alarms"] == 0.0 and not warnings
@@ -101,7 +104,8 @@ def test_state_round_trip_keeps_counters_and_alarms():
         "counts": {**dict.fromkeys(CHECKS, 0), "zero_reward": 4, "nonfinite": 4},
         "active": ["nonfinite", "zero_reward"]}
     (out_a, warn_a), (out_b, warn_b) = a.update(5, bad), b.update(5, bad)
-    assert out_a == out_b and out_b["health/zero_reward_steps"] == 5.0 and out_b["health/alarms"] == 2.0
+    assert (out_a == out_b and out_b["health/zero_reward_steps"] == 5.0
+            and out_b["health/alarms"] == 2.0)
     assert warn_a == warn_b == []  # a resumed run does not warn again about a running alarm
 
 
@@ -109,8 +113,10 @@ def test_load_tolerates_old_or_empty_state():
     mon = HealthMonitor()
     mon.load_state_dict({})
     assert mon.update(1, GOOD)[0]["health/alarms"] == 0.0
-    mon.load_state_dict({"counts": {"zero_reward": 2, "retired_check": 9}, "active": ["retired_check"]})
-    assert mon.state_dict() == {"counts": {**dict.fromkeys(CHECKS, 0), "zero_reward": 2}, "active": []}
+    mon.load_state_dict({"counts": {"zero_reward": 2, "retired_check": 9},
+                         "active": ["retired_check"]})
+    assert mon.state_dict() == {"counts": {**dict.fromkeys(CHECKS, 0), "zero_reward": 2},
+                                "active": []}
 
 
 def test_negative_threshold_is_refused():

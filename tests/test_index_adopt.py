@@ -38,8 +38,8 @@ def questions(small_world_path):
 def ours(tiny_encoder, corpus, tmp_path_factory):
     """Our own dense-flat build of the corpus, through the command line on --device cpu."""
     out = tmp_path_factory.mktemp("ours") / "flat"
-    assert main(["index", "build", "--corpus", str(corpus), "--kind", "dense-flat", "--out", str(out),
-                 "--encoder", tiny_encoder, "--device", "cpu", "--threads", "1"]) == 0
+    assert main(["index", "build", "--corpus", str(corpus), "--kind", "dense-flat", "--out",
+                 str(out), "--encoder", tiny_encoder, "--device", "cpu", "--threads", "1"]) == 0
     return out
 
 
@@ -62,17 +62,19 @@ def vectors(ours):
     return index.reconstruct_n(0, index.ntotal)  # the same vectors our build encoded
 
 
-def test_adopted_faiss_serves_the_same_hits_as_our_build(ours, vectors, corpus, tiny_encoder, questions,
-                                                         tmp_path, capsys):
+def test_adopted_faiss_serves_the_same_hits_as_our_build(ours, vectors, corpus, tiny_encoder,
+                                                         questions, tmp_path, capsys):
     faiss_file = search_r1_faiss_file(vectors, tmp_path / "e5_Flat.index")
     out = tmp_path / "adopted"
-    assert main(["index", "adopt", "--faiss", faiss_file, "--corpus", str(corpus), "--encoder", tiny_encoder,
-                 "--out", str(out)]) == 0
+    assert main(["index", "adopt", "--faiss", faiss_file, "--corpus", str(corpus), "--encoder",
+                 tiny_encoder, "--out", str(out)]) == 0
     assert "agentsearch serve --index" in capsys.readouterr().out
-    assert (out / "index.faiss").is_symlink() and (out / "index.faiss").resolve() == (tmp_path / "e5_Flat.index")
+    assert ((out / "index.faiss").is_symlink()
+            and (out / "index.faiss").resolve() == (tmp_path / "e5_Flat.index"))
     m = json.loads((out / "manifest.json").read_text())
-    assert (m["kind"], m["dim"], m["pooling"], m["query_prefix"], m["passage_prefix"], m["max_length"]) == (
-        "dense-flat", 32, "mean", "query: ", "passage: ", 256)  # Search-R1's e5 settings
+    # Search-R1's e5 settings
+    assert (m["kind"], m["dim"], m["pooling"], m["query_prefix"], m["passage_prefix"],
+            m["max_length"]) == ("dense-flat", 32, "mean", "query: ", "passage: ", 256)
     mine, adopted = load_retriever(ours, threads=1), load_retriever(out, threads=1)
     assert m["corpus_sha256"] == mine.manifest["corpus_sha256"]
     a, b = mine.search(questions, 5), adopted.search(questions, 5)
@@ -81,28 +83,34 @@ def test_adopted_faiss_serves_the_same_hits_as_our_build(ours, vectors, corpus, 
     # and through `agentsearch serve` with Search-R1's request
     from agentsearch.retrievers.server import app_from_args
 
-    app, _ = app_from_args(build_parser().parse_args(["serve", "--index", str(out), "--threads", "1"]))
+    app, _ = app_from_args(
+        build_parser().parse_args(["serve", "--index", str(out), "--threads", "1"]))
     with serve_in_thread(app) as url:
-        got = httpx.post(url + "/retrieve", json={"queries": questions, "topk": 3, "return_scores": True},
+        got = httpx.post(url + "/retrieve",
+                         json={"queries": questions, "topk": 3, "return_scores": True},
                          timeout=60).json()["result"]
-    assert [[it["document"]["id"] for it in items] for items in got] == [[h.doc_id for h in hs[:3]] for hs in b]
+    assert ([[it["document"]["id"] for it in items] for items in got]
+            == [[h.doc_id for h in hs[:3]] for hs in b])
     # a second adopt replaces the folder; --copy makes it self-contained
-    assert main(["index", "adopt", "--faiss", faiss_file, "--corpus", str(corpus), "--encoder", tiny_encoder,
-                 "--out", str(out), "--copy"]) == 0
+    assert main(["index", "adopt", "--faiss", faiss_file, "--corpus", str(corpus), "--encoder",
+                 tiny_encoder, "--out", str(out), "--copy"]) == 0
     assert not (out / "index.faiss").is_symlink() and (tmp_path / "e5_Flat.index").is_file()
     assert load_retriever(out, threads=1).search(questions[:5], 5) == b[:5]
 
 
-def test_adopted_hnsw_keeps_its_search_parameters(vectors, corpus, tiny_encoder, questions, ours, tmp_path):
+def test_adopted_hnsw_keeps_its_search_parameters(vectors, corpus, tiny_encoder, questions, ours,
+                                                  tmp_path):
     from agentsearch.retrievers import adopt_faiss
 
     faiss_file = search_r1_faiss_file(vectors, tmp_path / "e5_HNSW64.index", "HNSW64")
     out = adopt_faiss(faiss_file, corpus, tiny_encoder)  # default --out: beside the file
     assert out == tmp_path / "e5_HNSW64-agentsearch"
     r = load_retriever(out, threads=1)
-    assert r.manifest["kind"] == "dense-hnsw" and r.manifest["ef_search"] == 16  # FAISS's default, as Search-R1 serves it
+    # FAISS's default, as Search-R1 serves it
+    assert r.manifest["kind"] == "dense-hnsw" and r.manifest["ef_search"] == 16
     exact = load_retriever(ours, threads=1).search(questions, 1)
-    assert np.mean([x[0].doc_id == y[0].doc_id for x, y in zip(exact, r.search(questions, 1))]) >= 0.9
+    assert np.mean([x[0].doc_id == y[0].doc_id
+                    for x, y in zip(exact, r.search(questions, 1))]) >= 0.9
 
 
 def test_adopt_refuses_mismatches_in_one_line(vectors, corpus, tiny_encoder, tmp_path, capsys):
@@ -120,8 +128,8 @@ def test_adopt_refuses_mismatches_in_one_line(vectors, corpus, tiny_encoder, tmp
     n = len(vectors)
     assert f"holds {n:,} vectors but {short} has {n - 1:,} rows" in adopt(
         "--faiss", faiss_file, "--corpus", str(short), "--encoder", tiny_encoder)
-    assert "holds 32-d vectors but encoder 'sentence-transformers/all-MiniLM-L6-v2' makes 384-d" in adopt(
-        "--faiss", faiss_file, "--corpus", str(corpus), "--encoder", "minilm")
+    assert ("holds 32-d vectors but encoder 'sentence-transformers/all-MiniLM-L6-v2' makes 384-d"
+            in adopt("--faiss", faiss_file, "--corpus", str(corpus), "--encoder", "minilm"))
     assert "--faiss needs --encoder" in adopt("--faiss", faiss_file, "--corpus", str(corpus))
     (tmp_path / "junk.index").write_bytes(b"not a faiss file")
     assert "cannot read" in adopt("--faiss", str(tmp_path / "junk.index"), "--corpus", str(corpus),
@@ -130,8 +138,8 @@ def test_adopt_refuses_mismatches_in_one_line(vectors, corpus, tiny_encoder, tmp
                                 "--encoder", tiny_encoder)
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    assert main(["index", "adopt", "--out", str(out), "--faiss", faiss_file, "--corpus", str(corpus),
-                 "--encoder", tiny_encoder]) == 2
+    assert main(["index", "adopt", "--out", str(out), "--faiss", faiss_file, "--corpus",
+                 str(corpus), "--encoder", tiny_encoder]) == 2
     assert "not an index folder" in capsys.readouterr().err and (out / "notes.txt").exists()
 
 
@@ -145,14 +153,16 @@ def test_search_r1_prefix_rule():
 
 @pytest.mark.pyserini
 @pytest.mark.slow
-def test_adopted_lucene_folder_serves_the_same_hits(corpus, questions, world_path, tmp_path, monkeypatch):
+def test_adopted_lucene_folder_serves_the_same_hits(corpus, questions, world_path, tmp_path,
+                                                    monkeypatch):
     pytest.importorskip("pyserini")
     monkeypatch.setenv("AGENTSEARCH_JAVA_THREADS", "2")
     ours = build_index(corpus, "bm25", tmp_path / "ours", threads=1, progress=False)
     # Search-R1's bm25/ folder: Pyserini's JsonCollection index of the corpus, no raw documents
     pyserini_dir = shutil.copytree(ours / "lucene", tmp_path / "search-r1" / "bm25")
     out = tmp_path / "adopted"
-    assert main(["index", "adopt", "--lucene", str(pyserini_dir), "--corpus", str(corpus), "--out", str(out)]) == 0
+    assert main(["index", "adopt", "--lucene", str(pyserini_dir), "--corpus", str(corpus), "--out",
+                 str(out)]) == 0
     assert (out / "lucene").is_symlink()
     a, b = load_retriever(ours, threads=1), load_retriever(out, threads=1)
     assert b.manifest["kind"] == "bm25" and (b.manifest["k1"], b.manifest["b"]) == (0.9, 0.4)
@@ -178,7 +188,8 @@ def test_device_cpu_and_auto_resolve_here():
 def test_serve_device_cpu_reports_where_it_searches(ours):
     from agentsearch.retrievers.server import app_from_args
 
-    app, r = app_from_args(build_parser().parse_args(["serve", "--index", str(ours), "--device", "cpu"]))
+    app, r = app_from_args(build_parser().parse_args(["serve", "--index", str(ours), "--device",
+                                                      "cpu"]))
     assert r.devices == {"encoder": "cpu", "faiss": "cpu"} and r.batch_size == 16
     with serve_in_thread(app) as url:
         assert httpx.get(url + "/health").json()["devices"] == {"encoder": "cpu", "faiss": "cpu"}
@@ -189,8 +200,8 @@ def test_device_cuda_without_cuda_is_a_clear_error(ours, corpus, tiny_encoder, t
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    assert main(["index", "build", "--corpus", str(corpus), "--kind", "dense-flat", "--out", str(tmp_path / "x"),
-                 "--encoder", tiny_encoder, "--device", "cuda"]) == 2
+    assert main(["index", "build", "--corpus", str(corpus), "--kind", "dense-flat", "--out",
+                 str(tmp_path / "x"), "--encoder", tiny_encoder, "--device", "cuda"]) == 2
     assert "--device cuda: torch" in capsys.readouterr().err and not (tmp_path / "x").exists()
     from agentsearch.retrievers.server import main as serve_main
 

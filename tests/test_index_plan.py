@@ -13,8 +13,10 @@ from agentsearch.retrievers.plan import bytes_per_vector, fit_power, parse_size,
 def test_bytes_per_vector_by_hand():
     assert bytes_per_vector("dense-flat", 768) == {"ram": 3072, "disk": 3072}
     assert bytes_per_vector("dense-ivf", 768)["ram"] == 3080          # + an 8-byte id
-    assert bytes_per_vector("dense-ivfpq", 768) == {"ram": 200, "disk": 200 + 3072}  # 192 codes + id; vectors on disk
-    assert bytes_per_vector("dense-hnsw-sq8", 768, hnsw_m=32)["ram"] == pytest.approx(768 + 2 * 32 * 4 * 1.05)
+    # 192 codes + id; vectors on disk
+    assert bytes_per_vector("dense-ivfpq", 768) == {"ram": 200, "disk": 200 + 3072}
+    assert (bytes_per_vector("dense-hnsw-sq8", 768, hnsw_m=32)["ram"]
+            == pytest.approx(768 + 2 * 32 * 4 * 1.05))
 
 
 def test_fit_power_recovers_a_power_law():
@@ -28,17 +30,21 @@ def test_fit_power_recovers_a_power_law():
 
 
 def test_parse_size():
-    assert parse_size("16G") == 16 * 2**30 and parse_size("512MiB") == 512 * 2**20 and parse_size("1e3") == 1000
+    assert (parse_size("16G") == 16 * 2**30 and parse_size("512MiB") == 512 * 2**20
+            and parse_size("1e3") == 1000)
     with pytest.raises(ValueError, match="16G"):
         parse_size("lots")
 
 
 def test_plan_extrapolates_measured_points():
     curves = {"machine": "test", "kinds": {
-        "dense-flat": {"points": [{"n": 1e5, "dim": 384, "build_s": 1.0, "search_ms": 2.0, "recall10": 1.0},
-                                  {"n": 1e6, "dim": 384, "build_s": 10.0, "search_ms": 20.0, "recall10": 1.0}]},
+        "dense-flat": {"points": [{"n": 1e5, "dim": 384, "build_s": 1.0, "search_ms": 2.0,
+                                   "recall10": 1.0},
+                                  {"n": 1e6, "dim": 384, "build_s": 10.0, "search_ms": 20.0,
+                                   "recall10": 1.0}]},
         "dense-ivfpq": {"settings": "nprobe=32, refine=8",
-                        "points": [{"n": 1e6, "dim": 384, "build_s": 100.0, "search_ms": 1.0, "recall10": 0.96}]}}}
+                        "points": [{"n": 1e6, "dim": 384, "build_s": 100.0, "search_ms": 1.0,
+                                    "recall10": 0.96}]}}}
     out = plan(21e6, 768, ram=16 * 2**30, curves=curves)
     flat, pq = out["kinds"]
     assert flat["ram_gb"] == round(21e6 * 3072 / 2**30, 1) == 60.1 and flat["fits"] is False
@@ -57,10 +63,12 @@ def test_plan_command_prints_a_table(tmp_path, capsys):
     curves = tmp_path / "c.json"
     curves.write_text(json.dumps({"machine": "m", "kinds": {"dense-flat": {"points": [
         {"n": 1e5, "dim": 384, "build_s": 1.0, "search_ms": 2.0, "recall10": 1.0}]}}}))
-    assert main(argparse.Namespace(vectors="21e6", dim=768, ram="16G", curves=str(curves), json=False)) == 0
+    assert main(argparse.Namespace(vectors="21e6", dim=768, ram="16G", curves=str(curves),
+                                   json=False)) == 0
     out = capsys.readouterr().out
     assert "Advice, extrapolated" in out and "dense-flat" in out and " no " in out
-    assert main(argparse.Namespace(vectors="21e6", dim=768, ram="lots", curves=str(curves), json=False)) == 2
+    assert main(argparse.Namespace(vectors="21e6", dim=768, ram="lots", curves=str(curves),
+                                   json=False)) == 2
 
 
 def test_plan_without_curves_is_memory_arithmetic(monkeypatch, tmp_path):

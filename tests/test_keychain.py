@@ -25,11 +25,13 @@ def test_same_seed_same_bytes_and_disjoint_splits(small, tmp_path):
         assert (tmp_path / name).read_bytes() == (small / name).read_bytes(), name
     docs = {split: {d for r in read_jsonl(small / f"{split}.jsonl") for d in r["gold_doc_ids"]}
             for split in ("train", "dev", "test")}
-    assert not (docs["train"] & docs["dev"] or docs["train"] & docs["test"] or docs["dev"] & docs["test"])
+    assert not (docs["train"] & docs["dev"] or docs["train"] & docs["test"]
+                or docs["dev"] & docs["test"])
     for split, per in (("train", 30), ("dev", 10), ("test", 10)):
         rows = list(read_jsonl(small / f"{split}.jsonl"))
         assert Counter(r["hops"] for r in rows) == {1: per, 2: per, 4: per}
-        assert all(r["type"] == f"keychain{r['hops']}" and len(r["gold_doc_ids"]) == r["hops"] for r in rows)
+        assert all(r["type"] == f"keychain{r['hops']}"
+                   and len(r["gold_doc_ids"]) == r["hops"] for r in rows)
 
 
 def test_each_link_names_the_next_and_the_last_holds_the_payload(small):
@@ -40,7 +42,8 @@ def test_each_link_names_the_next_and_the_last_holds_the_payload(small):
         assert f'"{keys[0]}"' in r["question"]
         for text, nxt in zip(links, keys[1:]):
             assert f'"{nxt}"' in text.split("\n", 1)[1]
-        assert r["golden_answers"][0] in links[-1] and not any(r["golden_answers"][0] in t for t in links[:-1])
+        assert (r["golden_answers"][0] in links[-1]
+                and not any(r["golden_answers"][0] in t for t in links[:-1]))
 
 
 PAYLOAD = re.compile(r'payload is "([^"]+)"')
@@ -58,7 +61,8 @@ def _follow(obs: str) -> str:
 def test_following_the_keys_solves_every_chain_and_k_sets_the_turns():
     from agentsearch.envs import make_env
 
-    env = make_env("agentsearch/KeyChain-v0", split="dev", question_types=["keychain1", "keychain3", "keychain6"])
+    env = make_env("agentsearch/KeyChain-v0", split="dev",
+                   question_types=["keychain1", "keychain3", "keychain6"])
     turns = Counter()
     for task in env.tasks[:60]:
         obs, _ = env.reset(options={"task": task})

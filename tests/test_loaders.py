@@ -13,9 +13,12 @@ def test_search_r1_parquet(tmp_path):
     # the layout of Search-R1's nq_search/train.parquet (verl format)
     rows = [{"id": "train_0", "question": "who got the first nobel prize in physics?",
              "golden_answers": ["Wilhelm Conrad Röntgen"], "data_source": "nq",
-             "prompt": [{"role": "user", "content": "Answer the given question... Question: who got the first nobel prize in physics?\n"}],
+             "prompt": [{"role": "user",
+                         "content": "Answer the given question... Question: who got the first "
+                                    "nobel prize in physics?\n"}],
              "ability": "fact-reasoning",
-             "reward_model": {"ground_truth": {"target": ["Wilhelm Conrad Röntgen"]}, "style": "rule"},
+             "reward_model": {"ground_truth": {"target": ["Wilhelm Conrad Röntgen"]},
+                              "style": "rule"},
              "extra_info": {"index": 0, "split": "train"}}]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train.parquet")
     got = load_questions(tmp_path / "train.parquet")
@@ -52,7 +55,8 @@ def test_wiki_corpus_converter(tmp_path):
     title, text = split_contents(rows[0]["contents"])
     assert title and len(text) > 50
     assert len({r["id"] for r in rows}) == len(rows)
-    assert json.loads((tmp_path / "wiki.jsonl").read_text().splitlines()[1])["contents"].startswith('"')
+    assert json.loads((tmp_path / "wiki.jsonl").read_text().splitlines()[1])[
+        "contents"].startswith('"')
 
 
 def test_champ_math_problems():

@@ -109,7 +109,8 @@ def test_peft_lora_model(model):
     from agentsearch.models import load_model
 
     base, _ = load_model("tiny-s", seed=0)
-    cfg = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    cfg = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                          init_lora_weights=False)
     lora = peft.get_peft_model(base, cfg)
     ids, attn = batch(seed=4)
     out = token_logprobs(lora, ids, attn)

@@ -61,11 +61,13 @@ def test_kl_reference_is_the_warm_started_policy(warm_kl_run):
 
 
 def test_kl_reference_with_lora_is_the_warm_started_adapter(tmp_path):
-    train(_cfg(*WARM, "kl_coef=0.1", "lora.enabled=true", "lora.r=4", "lora.alpha=8"), tmp_path, quiet=True)
+    train(_cfg(*WARM, "kl_coef=0.1", "lora.enabled=true", "lora.r=4", "lora.alpha=8"), tmp_path,
+          quiet=True)
     recs = _records(tmp_path)
     assert recs[1]["train/kl_ref"] == pytest.approx(0.0, abs=1e-6)
     weights = torch.load(tmp_path / "checkpoints" / "step-000001" / "model.pt", weights_only=True)
-    assert weights and all("lora_" in k and ".reference." not in k for k in weights)  # only the policy trains
+    # only the policy trains
+    assert weights and all("lora_" in k and ".reference." not in k for k in weights)
 
 
 def test_metrics_sinks_get_the_config_as_nested_sections(warm_kl_run):
@@ -79,11 +81,14 @@ def test_time_keys_of_a_step_are_disjoint_phases(warm_kl_run):
     _, recs, _ = warm_kl_run
     step = recs[1]
     times = {k for k in step if k.startswith("time/")}
-    assert times == {f"time/{p}" for p in PHASES + EXCLUDED + ("other", "overlap", "step", "train_cumulative")}
+    assert times == {f"time/{p}"
+                     for p in PHASES + EXCLUDED + ("other", "overlap", "step", "train_cumulative")}
     assert step["time/overlap"] == 0  # lock-step: no phase runs beside another
     # the training phases and the rest ("other") partition the step: no key counts time twice
-    assert sum(step[f"time/{p}"] for p in PHASES + ("other",)) == pytest.approx(step["time/step"], abs=1e-6)
-    assert step["rollout/wall_seconds"] >= step["time/generate"] + step["time/env"] + step["time/reward"]
+    assert (sum(step[f"time/{p}"] for p in PHASES + ("other",))
+            == pytest.approx(step["time/step"], abs=1e-6))
+    assert (step["rollout/wall_seconds"]
+            >= step["time/generate"] + step["time/env"] + step["time/reward"])
     assert step["rollout/tokenize_seconds"] > 0
 
 
@@ -108,7 +113,8 @@ def test_resume_restores_the_checkpoint_rngs_after_everything_that_reseeds(tmp_p
         return real_rollout(*args, **kwargs)
 
     train(_cfg(), tmp_path, quiet=True)
-    saved = torch.load(tmp_path / "checkpoints" / "step-000001" / "trainer.pt", weights_only=False)["rng"]
+    saved = torch.load(tmp_path / "checkpoints" / "step-000001" / "trainer.pt",
+                       weights_only=False)["rng"]
     monkeypatch.setattr(loop_module, "build_backend", reseeding_build)
     monkeypatch.setattr(rollouts_module, "arollout", recording_rollout)
     train(_cfg("steps=2"), tmp_path, resume=True, quiet=True)

@@ -12,7 +12,8 @@ from agentsearch.rollout import SamplingParams, ScriptedBackend, rollout
 from agentsearch.trainer.train_config import TrainConfig
 from agentsearch.warmstart.math_oracle import math_oracle, math_oracle_episodes
 
-ENV = dict(turn_format="tags", tools=("calculator",), chat_template="none", system_prompt="Compute, then answer. ")
+ENV = dict(turn_format="tags", tools=("calculator",), chat_template="none",
+           system_prompt="Compute, then answer. ")
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,8 @@ def test_the_population_calls_the_calculator_or_answers_in_its_head_and_is_right
     # the answer is the result the calculator showed, digits right after the tags (same tokens)
     result = text.split("<information>")[1].split("</information>")[0]
     assert text.startswith("<calculator> ") and text.endswith(f"<answer>{result}</answer>")
-    env_text = tok.decode([t for t, m in zip(ep.token_ids[ep.prompt_len:], ep.action_mask[ep.prompt_len:]) if not m])
+    env_text = tok.decode([t for t, m in zip(ep.token_ids[ep.prompt_len:],
+                                             ep.action_mask[ep.prompt_len:]) if not m])
     assert f"<information>{result}</information>" in env_text and "<calculator>" not in env_text
 
 
@@ -68,7 +70,8 @@ def test_math_warm_start_plays_other_seeds_then_the_training_split():
     model, tok = load_model("tiny", seed=0)
     out = warm_start(cfg, model, tok, build_envs(cfg, 16, split="train"))
     assert out["sft/pretrain_episodes"] == 32 and out["sft/episodes"] == 32
-    assert out["sft/pretrain_calculator_share"] + out["sft/pretrain_head_share"] == pytest.approx(1.0)
+    assert (out["sft/pretrain_calculator_share"] + out["sft/pretrain_head_share"]
+            == pytest.approx(1.0))
     assert 0.05 <= out["sft/calculator_share"] <= 0.5  # the recipe's 25 % calculator
     bad = apply_overrides(TrainConfig, "base-math", ["sft.pretrain_world_seed=0"])
     with pytest.raises(ConfigError, match="task_seed"):
@@ -87,7 +90,8 @@ def _follower(tasks: list[dict]):
         if turn == "<calculator>":
             return f" {task['expression']} </calculator>"
         shown = conversation.split("<information>")[1:]
-        value = shown[-1].split("</information>")[0] if shown else str(int(float(task["golden_answers"][0])) + 1)
+        value = (shown[-1].split("</information>")[0] if shown
+                 else str(int(float(task["golden_answers"][0])) + 1))
         return f"{value}</answer>" if turn == "<answer>" else f"<answer>{value}</answer>"
 
     return policy
@@ -114,15 +118,17 @@ def test_a_forced_call_is_the_model_calling(tok):
     from agentsearch.recipes.diagnose import ForcedStrategyBackend
 
     tasks = synthetic_math("dev", 4)
-    backend = ForcedStrategyBackend(ScriptedBackend(tok, _follower(tasks)), "tool", tool="calculator")
-    eps, _ = rollout(_envs(4, split="dev"), tasks, backend, SamplingParams(max_new_tokens=48), max_turns=3,
-                     max_seq_len=256)
+    backend = ForcedStrategyBackend(ScriptedBackend(tok, _follower(tasks)), "tool",
+                                    tool="calculator")
+    eps, _ = rollout(_envs(4, split="dev"), tasks, backend, SamplingParams(max_new_tokens=48),
+                     max_turns=3, max_seq_len=256)
     for e in eps:
         assert e.info["tool_calls"] == 1 and e.answer_correct
         assert tok.decode(e.token_ids[e.prompt_len:]).startswith("<calculator> ")
 
 
-def test_demo_of_tiny_math_prints_accuracy_and_calculator_calls_per_kind(tmp_path, monkeypatch, capsys):
+def test_demo_of_tiny_math_prints_accuracy_and_calculator_calls_per_kind(tmp_path, monkeypatch,
+                                                                         capsys):
     import json
 
     from agentsearch.cli import main
@@ -134,7 +140,8 @@ def test_demo_of_tiny_math_prints_accuracy_and_calculator_calls_per_kind(tmp_pat
     assert "preset tiny-math" in out and "calculator calls" in out and "dev problems" in out
     s = json.loads(next((tmp_path / "runs").iterdir()).joinpath("demo_summary.json").read_text())
     assert s["eval_questions"] == 6 and set(s["searches_by_type"]) <= {
-        "boxes", "chain", "consecutive", "discount", "marbles", "multiples", "powmod", "products", "square", "train"}
+        "boxes", "chain", "consecutive", "discount", "marbles", "multiples", "powmod", "products",
+        "square", "train"}
 
 
 def test_champ_runs_through_the_same_env_and_eval(tmp_path, capsys):

@@ -28,7 +28,8 @@ def test_chat_template_renders_tools():
             {"role": "tool", "content": "Doc 1"}]
     text = tok.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=True)
     assert '<tools>\n{"type": "function"' in text
-    assert '<tool_call>\n{"name": "search", "arguments": {"query": "x"}}\n</tool_call><|im_end|>' in text
+    assert ('<tool_call>\n{"name": "search", "arguments": {"query": "x"}}\n</tool_call><|im_end|>'
+            in text)
     assert "<tool_response>\nDoc 1\n</tool_response>" in text
     assert text.endswith("<|im_start|>assistant\n")
 
@@ -78,7 +79,8 @@ def test_the_shipped_worlds_tokenizer_is_what_the_script_builds(tmp_path):
     from agentsearch.models.text import WORLDS_TOKENIZER_SEEDS
 
     train_world_tokenizer(tmp_path, seeds=WORLDS_TOKENIZER_SEEDS)
-    assert (tmp_path / "tokenizer.json").read_bytes() == (TOKENIZER_DIRS["worlds"] / "tokenizer.json").read_bytes()
+    assert ((tmp_path / "tokenizer.json").read_bytes()
+            == (TOKENIZER_DIRS["worlds"] / "tokenizer.json").read_bytes())
 
 
 @pytest.mark.slow

@@ -40,15 +40,19 @@ def rig():
     model, tok = load_base()
     envs = [SearchEnv(**ENV_KWARGS) for _ in range(2 * FRESH * N)]
     tasks = envs[0].tasks[:2 * FRESH]
-    eps, _ = rollout(envs, tasks, HFBackend(model, tok), SamplingParams(32, temperature=1.0, seed=5),
-                     n_per_task=N, max_turns=4, max_seq_len=768, seed=5)
+    eps, _ = rollout(envs, tasks, HFBackend(model, tok),
+                     SamplingParams(32, temperature=1.0, seed=5), n_per_task=N, max_turns=4,
+                     max_seq_len=768, seed=5)
     responses = [episode_response(ep, tasks[i // N]["question"],
-                                  task_label("agentsearch/Search-v0", ENV_KWARGS, tasks[i // N], max_turns=4,
-                                             max_new_tokens=32), logprobs=True) for i, ep in enumerate(eps)]
+                                  task_label("agentsearch/Search-v0", ENV_KWARGS, tasks[i // N],
+                                             max_turns=4, max_new_tokens=32), logprobs=True)
+                 for i, ep in enumerate(eps)]
     rows = to_experiences(responses)
     yield SimpleNamespace(rows=rows, tok=tok, actor=fp32_actor(BASE_DIR),
-                          args=lambda ckpt: openrlhf_args(BASE_DIR, batch=FRESH + K_REP, n=N, extra=[
-                              "--ckpt.path", str(ckpt), "--ckpt.save_steps", "1", "--ckpt.load_enable"]))
+                          args=lambda ckpt: openrlhf_args(
+                              BASE_DIR, batch=FRESH + K_REP, n=N,
+                              extra=["--ckpt.path", str(ckpt), "--ckpt.save_steps", "1",
+                                     "--ckpt.load_enable"]))
     import ray
 
     ray.shutdown()
@@ -89,7 +93,8 @@ def make_trainer(rig, tmp_path, states=None, args=None):
     t.kl_ctl = FixedKLController(0.0)
     t.experience_maker = make_hdr_maker(rig.actor, rig.tok, args, k_rep=K_REP, tau=math.inf)
     t.wandb_logger = t.tensorboard_logger = None
-    t.best_eval_metric_key, t.best_eval_metric_value, t._latest_eval_metric_value = "", -math.inf, None
+    t.best_eval_metric_key, t.best_eval_metric_value, t._latest_eval_metric_value = (
+        "", -math.inf, None)
     t.settings, t.fresh_per_step, t.run_dir = None, FRESH, tmp_path
     t.train_cumulative, t.replaying = 0.0, True
     t.eval_dataloader, t.eval_every = None, 0
@@ -102,7 +107,8 @@ def test_trainer_step_logs_fresh_stats_scan_time_and_fills_every_slot(rig, tmp_p
     assert t.get_max_steps() == 7  # steps by fresh prompts: the LR schedule ends with the run
     status, step = t.train_step(rig.rows[:FRESH * N], 0)
     assert step == 1 and t.actor_model_group.calls.count("fit") == 1  # one optimizer step
-    assert sum(len(e.index) for e in t.actor_model_group.appended) == (FRESH + K_REP) * N  # every slot
+    # every slot
+    assert sum(len(e.index) for e in t.actor_model_group.appended) == (FRESH + K_REP) * N
     assert status["rollout/num_samples"] == FRESH * N  # fresh rows only, no padding
     status2, _ = t.train_step(rig.rows[FRESH * N:], 1)
     k = int(status2["replay/accepted"])
@@ -129,13 +135,16 @@ def test_replay_checkpoint_per_step_tag_and_resume_refuses_a_mismatch(rig, tmp_p
         status, _ = t.train_step(rig.rows[lo:lo + FRESH * N], step - 1)
         t.save_logs_and_checkpoints(step, status, {"global_step": step})
         snapshot[step] = [g.prompt_id for g in t.experience_maker.replay.groups]
-    assert replay_state_path(tmp_path / "ckpt", 1).exists() and replay_state_path(tmp_path / "ckpt", 2).exists()
+    assert (replay_state_path(tmp_path / "ckpt", 1).exists()
+            and replay_state_path(tmp_path / "ckpt", 2).exists())
     (tmp_path / "ckpt" / "_actor").mkdir(parents=True)
     # OpenRLHF restored step 1: our buffer of step 1 comes back, and the log is cut there
-    again = make_trainer(rig, tmp_path, states={"global_step": 1, "agentsearch_train_cumulative": 3.0})
+    again = make_trainer(rig, tmp_path,
+                         states={"global_step": 1, "agentsearch_train_cumulative": 3.0})
     again.init_checkpoint_states()
     assert again.experience_maker.step == 1 and again.train_cumulative == 3.0
-    assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1]
+    assert ([json.loads(x)["step"]
+             for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1])
     assert [g.prompt_id for g in again.experience_maker.replay.groups] == snapshot[1] != []
     assert set(again.experience_maker.rows) == set(snapshot[1])
     # a restored step with no replay file of its own: refused, not silently empty
@@ -160,7 +169,8 @@ def test_sample_generator_plays_prompts_per_step_whatever_the_replay_accepts(rig
     gen._generate_vllm = fake_generate
     gen.args.vllm.enable_sleep = False
     _, _, consumed, exhausted = gen.generate_samples()
-    assert asked == [(FRESH, False)] and consumed == FRESH and not exhausted  # not slots (FRESH + K_REP)
+    # not slots (FRESH + K_REP)
+    assert asked == [(FRESH, False)] and consumed == FRESH and not exhausted
 
 
 def test_entry_main_hands_openrlhf_our_settings(tmp_path, monkeypatch):
@@ -174,10 +184,11 @@ def test_entry_main_hands_openrlhf_our_settings(tmp_path, monkeypatch):
     import openrlhf.trainer.ray.ppo_actor as ppo_actor
     import openrlhf.utils as utils
 
-    for mod, name in ((ppo_trainer, "PPOTrainer"), (ppo_actor, "PolicyModelActor"), (utils, "get_strategy"),
-                      (ray_pkg, "create_vllm_engines")):
+    for mod, name in ((ppo_trainer, "PPOTrainer"), (ppo_actor, "PolicyModelActor"),
+                      (utils, "get_strategy"), (ray_pkg, "create_vllm_engines")):
         monkeypatch.setattr(mod, name, getattr(mod, name))
-    cfg = launch.load_config("openrlhf-tiny", [f"out={tmp_path / 'run'}", "eval_questions=0", "train.steps=1"])
+    cfg = launch.load_config("openrlhf-tiny",
+                             [f"out={tmp_path / 'run'}", "eval_questions=0", "train.steps=1"])
     cmd = launch.build_command(cfg, write=False)
     with launch._stop_before_ray(), pytest.raises(launch._Parsed) as got:
         main(cmd[3:])
@@ -195,9 +206,10 @@ def test_non_dry_launch_writes_the_run_and_runs_the_command(tmp_path, monkeypatc
 
     ran = []
     monkeypatch.setattr(subprocess, "call", lambda cmd: ran.append(cmd) or 0)
-    cfg = launch.load_config("openrlhf-tiny", [f"out={tmp_path / 'run'}", "eval_questions=4", "train.steps=1",
-                                               "train.model=tiny", "train.init_from=null"])
+    cfg = launch.load_config("openrlhf-tiny",
+                             [f"out={tmp_path / 'run'}", "eval_questions=4", "train.steps=1",
+                              "train.model=tiny", "train.init_from=null"])
     assert launch.launch(cfg) == 0 and len(ran) == 1
     model = tmp_path / "run" / "model"
-    assert (model / "config.json").exists() and ran[0][ran[0].index("--actor.model_name_or_path") + 1] == \
-        str(model.resolve())
+    assert ((model / "config.json").exists()
+            and ran[0][ran[0].index("--actor.model_name_or_path") + 1] == str(model.resolve()))

@@ -63,7 +63,8 @@ def _feed_until_stored(rig, maker, size: int, n: int, start: int = 0, tries: int
 
     batches = []
     for _ in range(tries):
-        batches.append(maker.make_experience_batch(to_experiences(_play(rig, rig.tasks[start:start + size], n))))
+        batches.append(maker.make_experience_batch(
+            to_experiences(_play(rig, rig.tasks[start:start + size], n))))
         start += size
         if len(maker.replay):
             break
@@ -89,7 +90,8 @@ def test_openrlhf_rollout_masks_every_env_token_and_matches_our_rollout(rig):
         # sampled tokens carry the engine's logprobs, everything else 0 (shifted the same way)
         lp = row.rollout_log_probs[0]
         assert torch.all(lp[row.action_mask[0] == 0] == 0)
-        assert torch.all(lp[row.action_mask[0] == 1] <= 0) and torch.any(lp[row.action_mask[0] == 1] < 0)
+        assert (torch.all(lp[row.action_mask[0] == 1] <= 0)
+                and torch.any(lp[row.action_mask[0] == 1] < 0))
         assert float(row.rewards[0]) == pytest.approx(ep.reward)
         assert float(row.info["answer_correct"][0]) == float(bool(ep.answer_correct))
     assert multi > 0, "no episode searched: the test needs observation tokens to check"
@@ -110,13 +112,15 @@ def test_hdr_experience_maker_on_real_experiences(rig, tmp_path):
     actor = fp32_actor(BASE_DIR)
     maker = make_hdr_maker(actor, rig.tok, args, k_rep=k_rep, tau=math.inf, capacity=16)
     batches0, start = _feed_until_stored(rig, maker, fresh_prompts, n)
-    for exps0 in batches0:                                     # each on an empty buffer: two padded slots
+    # each on an empty buffer: two padded slots
+    for exps0 in batches0:
         assert sum(len(e.index) for e in exps0) == (fresh_prompts + k_rep) * n
         pads = [e for e in exps0 if min(e.index) >= fresh_prompts * n]
         assert pads and all(not e.action_mask.any() and not e.advantages.any() for e in pads)
     assert maker.metrics["replay/padding_rows"] == k_rep * n and maker.n_fresh == fresh_prompts * n
     steps0 = maker.step
-    k = maker.scan()                                           # step 1 (make_experience_batch would scan)
+    # step 1 (make_experience_batch would scan)
+    k = maker.scan()
     assert 1 <= k <= k_rep and maker.metrics["replay/accepted"] == k
     assert "time/replay_scan" in maker.metrics
     groups = {g.prompt_id: g for g in maker.replay.groups}
@@ -166,7 +170,8 @@ def test_hdr_gate_accepts_some_groups_and_rejects_others(rig):
 
     args = openrlhf_args(BASE_DIR, batch=10 + 8, n=4)
     actor = fp32_actor(BASE_DIR)
-    for start in range(10, 50, 10):  # sampled outcomes: a fresh maker on more tasks until two groups are mixed
+    # sampled outcomes: a fresh maker on more tasks until two groups are mixed
+    for start in range(10, 50, 10):
         maker = make_hdr_maker(actor, rig.tok, args, k_rep=8, tau=1e-3, capacity=32)
         maker.make_experience_batch(to_experiences(_play(rig, rig.tasks[start:start + 10], 4)))
         stored = len(maker.replay)
@@ -200,7 +205,8 @@ def test_hdr_scan_on_eight_data_ranks_with_one_group(rig):
     rows = to_experiences(_play(rig, rig.tasks[:2], 5))
     group = maker.actor_model_group
     with pytest.raises(ValueError, match="Insufficient batch size"):  # OpenRLHF's own check is live
-        group.async_run_method_batch("forward", sequences=[rows[0].sequences], action_mask=[rows[0].action_mask],
+        group.async_run_method_batch("forward", sequences=[rows[0].sequences],
+                                     action_mask=[rows[0].action_mask],
                                      attention_mask=[rows[0].attention_mask])
     maker.make_experience_batch(rows)
     if not len(maker.replay):
@@ -253,5 +259,6 @@ def test_smoke_command_prints_one_json_line(tmp_path, capsys):
     line = capsys.readouterr().out.strip().splitlines()[-1]
     result = json.loads(line)
     assert rc == 0 and result["mask_mismatches"] == 0 and result["episodes"] == 24
-    assert result["env_tokens_masked"] > 0 and result["sync_logprob_gap"] <= 1e-4 < result["sync_logprob_gap_before"]
+    assert (result["env_tokens_masked"] > 0
+            and result["sync_logprob_gap"] <= 1e-4 < result["sync_logprob_gap_before"])
     assert (tmp_path / "smoke.json").exists()

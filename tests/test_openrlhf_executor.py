@@ -63,8 +63,10 @@ class FakeEngine:
         self.calls += 1
         ids = self.ids[: sampling_params.max_tokens]
         cut = len(ids) < len(self.ids)
-        out = SimpleNamespace(token_ids=ids, logprobs=[{t: SimpleNamespace(logprob=-0.5)} for t in ids],
-                              finish_reason="length" if cut else "stop", stop_reason=None if cut else "\n")
+        out = SimpleNamespace(token_ids=ids,
+                              logprobs=[{t: SimpleNamespace(logprob=-0.5)} for t in ids],
+                              finish_reason="length" if cut else "stop",
+                              stop_reason=None if cut else "\n")
         return SimpleNamespace(outputs=[out])
 
 
@@ -83,12 +85,13 @@ def _label(env=ENV_ID, env_kwargs=None, *, max_turns=5, max_new_tokens=8, task=N
     from agentsearch.engines.openrlhf.executor import task_label
 
     task = task or {"id": "c", "question": "count", "golden_answers": ["3"]}
-    return task_label(env, env_kwargs or {}, task, max_turns=max_turns, max_new_tokens=max_new_tokens)
+    return task_label(env, env_kwargs or {}, task, max_turns=max_turns,
+                      max_new_tokens=max_new_tokens)
 
 
 def _execute(ex, tok, label, max_length=512, engine=None):
-    return ex.execute("count", label, PARAMS, max_length, SimpleNamespace(name_or_path=tok.name_or_path),
-                      engine or FakeEngine(tok))
+    return ex.execute("count", label, PARAMS, max_length,
+                      SimpleNamespace(name_or_path=tok.name_or_path), engine or FakeEngine(tok))
 
 
 # ---------------------------------------------------------------- (a) envs that give images
@@ -112,7 +115,8 @@ def test_image_envs_are_refused_early_and_clearly(tok, tmp_path):
         check_env_supported("agentsearch/Nope-v0")
     ex, engine = AgentExecutor(), FakeEngine(tok)
     Image.new("RGB", (8, 8), "red").save(tmp_path / "red.png")
-    task = {"id": "v", "question": "What colour?", "golden_answers": ["red"], "image": str(tmp_path / "red.png")}
+    task = {"id": "v", "question": "What colour?", "golden_answers": ["red"],
+            "image": str(tmp_path / "red.png")}
     label = _label("agentsearch/Vision-v0", task=task)
     with pytest.raises(ValueError, match=r"agentsearch/Vision-v0.*OpenRLHF"):
         asyncio.run(_execute(ex, tok, label, engine=engine))
@@ -129,7 +133,8 @@ def test_truncated_covers_every_cut(tok, case):
     gen_len = len(FakeEngine(tok).ids)
     max_turns = 2 if case == "max_turns" else 5
     # max_seq_len: the first turn fits, its observation does not; length: the turn is cut
-    max_length = {"max_seq_len": prompt_len + gen_len + 1, "length": prompt_len + gen_len - 1}.get(case, 512)
+    max_length = {"max_seq_len": prompt_len + gen_len + 1,
+                  "length": prompt_len + gen_len - 1}.get(case, 512)
     out = asyncio.run(_execute(ex, tok, _label(max_turns=max_turns), max_length))
     assert out["truncated"] is (case != "answered"), out["extra_logs"]
     assert out["extra_logs"]["turns"] == {"answered": 3, "max_turns": 2}.get(case, 1)
@@ -253,8 +258,9 @@ def test_the_labels_outage_budget_configures_the_executors_envs(tok):
     from agentsearch.engines.openrlhf.executor import AgentExecutor, parse_label, task_label
 
     saved = (outages.budget_s, outages.warn_every_s)
-    label = task_label(ENV_ID, {}, {"id": "c", "question": "count", "golden_answers": ["3"]}, max_turns=5,
-                       max_new_tokens=8, reliability={"outage_budget_s": 42, "warn_every_s": 7})
+    label = task_label(ENV_ID, {}, {"id": "c", "question": "count", "golden_answers": ["3"]},
+                       max_turns=5, max_new_tokens=8,
+                       reliability={"outage_budget_s": 42, "warn_every_s": 7})
     assert parse_label(label)["reliability"] == {"outage_budget_s": 42.0, "warn_every_s": 7.0}
     ex = AgentExecutor()
     try:

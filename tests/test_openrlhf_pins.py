@@ -43,11 +43,13 @@ def test_extension_points_we_use_are_where_we_expect_them():
     from openrlhf.utils.agent import AgentExecutorBase
 
     # the agent executor API and how the rollout actor loads and calls it
-    assert _params(AgentExecutorBase.execute) == ["self", "prompt", "label", "sampling_params", "max_length",
-                                                  "hf_tokenizer", "llm_engine", "images"]
+    assert _params(AgentExecutorBase.execute) == [
+        "self", "prompt", "label", "sampling_params", "max_length", "hf_tokenizer", "llm_engine",
+        "images"]
     assert "agent_module.AgentExecutor" in inspect.getsource(vllm_engine._load_agent_executor)
     rollout = vllm_engine.RolloutRayActor.__ray_actor_class__
-    assert _params(rollout.generate)[:4] == ["self", "prompt_token_ids", "sampling_params", "multi_modal_data"]
+    assert _params(rollout.generate)[:4] == ["self", "prompt_token_ids", "sampling_params",
+                                             "multi_modal_data"]
     assert "generate_responses" in vars(rollout)
     # OpenRLHF builds engines in bf16, the dtype the LoRA sync casts to
     assert '"dtype": "bfloat16"' in inspect.getsource(vllm_engine.create_vllm_engines)
@@ -55,8 +57,8 @@ def test_extension_points_we_use_are_where_we_expect_them():
     for name in ("make_experience_batch", "split_rollout_samples", "make_experience",
                  "compute_advantages_and_returns", "_flatten_results"):
         assert callable(getattr(RemoteExperienceMaker, name)), name
-    assert _params(SamplesGenerator._generate_vllm)[:4] == ["self", "dataloader_iter", "num_prompts",
-                                                            "dynamic_filtering"]
+    assert _params(SamplesGenerator._generate_vllm)[:4] == ["self", "dataloader_iter",
+                                                            "num_prompts", "dynamic_filtering"]
     assert _params(SamplesGenerator._process_response_into_experience)[:2] == ["self", "response"]
     trainer = PPOTrainer.__ray_actor_class__
     for name in ("train_step", "save_logs_and_checkpoints", "init_checkpoint_states"):
@@ -72,8 +74,8 @@ def test_extension_points_we_use_are_where_we_expect_them():
     order = ("self.init_checkpoint_states()", "self.train_step(", "self.save_logs_and_checkpoints(",
              "% self.args.eval.steps == 0")
     assert [fit_src.index(x) for x in order] == sorted(fit_src.index(x) for x in order)
-    assert {"sequences", "action_mask", "action_log_probs", "base_action_log_probs", "kl", "rewards",
-            "advantages", "index", "info"} <= set(Experience.__dataclass_fields__)
+    assert {"sequences", "action_mask", "action_log_probs", "base_action_log_probs", "kl",
+            "rewards", "advantages", "index", "info"} <= set(Experience.__dataclass_fields__)
     # the weight sync we replace under LoRA, and the engine-side method it calls
     assert callable(ActorPPOTrainer.broadcast_to_vllm)
     assert _params(WorkerWrap.update_weight) == ["self", "name", "dtype", "shape", "empty_cache"]
@@ -119,7 +121,8 @@ def test_dry_run_prints_a_command_openrlhfs_parser_accepts(tmp_path, capsys):
     lines = (run / "train.jsonl").read_text().splitlines()
     assert len(lines) == 2 * 8 and args.data.max_samples == 16
     spec = parse_label(json.loads(lines[0])["label"])
-    assert spec["env"] == "agentsearch/Search-v0" and spec["max_turns"] == 4 and spec["task"]["question"]
+    assert (spec["env"] == "agentsearch/Search-v0" and spec["max_turns"] == 4
+            and spec["task"]["question"])
     assert len((run / "eval.jsonl").read_text().splitlines()) == 20
     assert (run / "config.yaml").exists()  # what `agentsearch pareto` labels the run by
 
@@ -130,7 +133,8 @@ def test_on_policy_launch_has_no_replay_and_fresh_batch(tmp_path):
     cfg = _launch_cfg(tmp_path, "train.replay.kind=none")
     assert settings(cfg)["replay"] is None
     args = parse_openrlhf_args(build_command(cfg, write=False)[5:])
-    assert args.rollout.batch_size == 8 and args.train.batch_size == 8 * 8 and args.data.max_samples == 16
+    assert (args.rollout.batch_size == 8 and args.train.batch_size == 8 * 8
+            and args.data.max_samples == 16)
 
 
 def test_every_built_in_model_name_becomes_a_folder_openrlhf_loads(tmp_path):
@@ -138,8 +142,10 @@ def test_every_built_in_model_name_becomes_a_folder_openrlhf_loads(tmp_path):
     from agentsearch.engines.openrlhf.launch import model_path
 
     for base, folder in BASE_DIRS.items():  # every shipped base, not only tiny-base
-        assert model_path(_launch_cfg(tmp_path, f"train.model={base}"), tmp_path, write=False) == str(folder)
-    cfg = _launch_cfg(tmp_path, "train.model=tiny+worlds")  # built from a config, written for every node
+        assert (model_path(_launch_cfg(tmp_path, f"train.model={base}"), tmp_path, write=False)
+                == str(folder))
+    # built from a config, written for every node
+    cfg = _launch_cfg(tmp_path, "train.model=tiny+worlds")
     assert model_path(cfg, tmp_path, write=False) == str((tmp_path / "model").resolve())
 
 
@@ -155,14 +161,16 @@ def test_every_shipped_openrlhf_preset_dry_runs(tmp_path, world_path, capsys):
     assert {"openrlhf-tiny", "openrlhf-search-r1"} <= set(presets)
     # Search-R1's parquet layout; the paper preset's policy tokenizer (chat_template: policy,
     # max_obs_tokens) is Qwen2.5's, not on this machine: the tiny base's stands in for it
-    train = _parquet(tmp_path / "train.parquet", _rows(world_path, 6, 6, "train"), with_question=True)
+    train = _parquet(tmp_path / "train.parquet", _rows(world_path, 6, 6, "train"),
+                     with_question=True)
     test = _parquet(tmp_path / "test.parquet", _rows(world_path, 3, 3, "test"), with_question=True)
     offline = {"openrlhf-search-r1": ["train.model=tiny-base"]}
     with serve_in_thread(load_retriever(world_index(seed=0, kind="bm25s"))) as url:
         for name in presets:
-            cfg = load_config(name, [f"out={tmp_path / name}", "eval_questions=5", f"train.env_kwargs.index={url}",
-                                     f"train.env_kwargs.questions={train}", f"train.eval.questions={test}",
-                                     *offline.get(name, [])])
+            cfg = load_config(name, [f"out={tmp_path / name}", "eval_questions=5",
+                                     f"train.env_kwargs.index={url}",
+                                     f"train.env_kwargs.questions={train}",
+                                     f"train.eval.questions={test}", *offline.get(name, [])])
             assert launch(cfg, dry_run=True) == 0, name
     out = capsys.readouterr().out
     assert out.count("agentsearch.engines.openrlhf.entry") == len(presets)
@@ -174,15 +182,18 @@ def test_parsed_arguments_match_the_local_algorithm_field_by_field(tmp_path):
     from agentsearch.engines.openrlhf.launch import build_command, parse_openrlhf_args
 
     cfg = _launch_cfg(tmp_path, "micro_batch_size=null", "train.lr=2e-5",
-                      "train.weight_decay=0.01", "train.warmup_steps=3", "train.steps=30", "train.grad_clip=0.5",
-                      "train.clip_low=0.1", "train.clip_high=0.3", "train.dual_clip=3.0",
-                      "train.agg=sequence", "train.kl_coef=0", "train.advantage_scale=none", "train.seed=7",
-                      "train.micro_batch_size=4", "train.checkpoint_every=5", "train.group_size=4",
-                      "train.adam_betas=[0.9, 0.999]", "train.entropy_coef=0.001", "train.update_epochs=2",
-                      "train.replay.kind=none", "train.update_minibatch_size=16")
+                      "train.weight_decay=0.01", "train.warmup_steps=3", "train.steps=30",
+                      "train.grad_clip=0.5", "train.clip_low=0.1", "train.clip_high=0.3",
+                      "train.dual_clip=3.0", "train.agg=sequence", "train.kl_coef=0",
+                      "train.advantage_scale=none", "train.seed=7", "train.micro_batch_size=4",
+                      "train.checkpoint_every=5", "train.group_size=4",
+                      "train.adam_betas=[0.9, 0.999]", "train.entropy_coef=0.001",
+                      "train.update_epochs=2", "train.replay.kind=none",
+                      "train.update_minibatch_size=16")
     a = parse_openrlhf_args(build_command(cfg, write=False)[5:])
     t = cfg.train
-    assert (a.actor.adam.lr, a.actor.adam.weight_decay, a.actor.max_norm) == (t.lr, t.weight_decay, t.grad_clip)
+    assert ((a.actor.adam.lr, a.actor.adam.weight_decay, a.actor.max_norm)
+            == (t.lr, t.weight_decay, t.grad_clip))
     assert list(a.actor.adam.betas) == t.adam_betas == [0.9, 0.999]
     assert a.actor.entropy_coef == 0.001 and a.train.max_epochs == 2 and a.train.batch_size == 16
     assert a.actor.lr_scheduler == "constant_with_warmup"
@@ -190,14 +201,18 @@ def test_parsed_arguments_match_the_local_algorithm_field_by_field(tmp_path):
     assert math.ceil(t.steps * 4 * a.actor.lr_warmup_ratio) == t.warmup_steps * 4
     assert a.actor.eps_clip_low_high == [0.1, 0.3] and a.actor.dual_clip == 3.0
     assert a.actor.policy_loss_type == "ppo" and a.actor.loss_agg_mode == "seq-mean-token-mean"
-    assert a.algo.advantage.estimator == "dr_grpo" and a.train.seed == 7 and a.rollout.n_samples_per_prompt == 4
+    assert (a.algo.advantage.estimator == "dr_grpo" and a.train.seed == 7
+            and a.rollout.n_samples_per_prompt == 4)
     assert a.train.micro_batch_size == 4 and a.ckpt.save_steps == 5 and not a.algo.kl.use_loss
-    assert a.algo.advantage.is_correction_level == "token" and a.algo.advantage.is_correction_mode == "clip"
-    kl = parse_openrlhf_args(build_command(_launch_cfg(tmp_path, "train.kl_coef=0.01", "train.kl_kind=k2"),
-                                           write=False)[5:])
+    assert (a.algo.advantage.is_correction_level == "token"
+            and a.algo.advantage.is_correction_mode == "clip")
+    kl = parse_openrlhf_args(
+        build_command(_launch_cfg(tmp_path, "train.kl_coef=0.01", "train.kl_kind=k2"),
+                      write=False)[5:])
     assert kl.algo.kl.use_loss and kl.algo.kl.init_coef == 0.01 and kl.algo.kl.estimator == "k2"
-    gspo = parse_openrlhf_args(build_command(_launch_cfg(tmp_path, "train.loss=gspo", "train.clip_low=3e-4",
-                                                         "train.clip_high=4e-4"), write=False)[5:])
+    gspo = parse_openrlhf_args(
+        build_command(_launch_cfg(tmp_path, "train.loss=gspo", "train.clip_low=3e-4",
+                                  "train.clip_high=4e-4"), write=False)[5:])
     assert gspo.actor.policy_loss_type == "gspo" and gspo.actor.eps_clip_low_high == [3e-4, 4e-4]
 
 
@@ -291,14 +306,16 @@ def test_bad_input_is_refused_before_ray_starts(tmp_path, monkeypatch):
         parse_openrlhf_args(["--no.such.option", "1"])
     with pytest.raises(ConfigError, match="OpenRLHF refused"):  # one of OpenRLHF's own checks
         parse_openrlhf_args(["--actor.model_name_or_path", "x", "--train.agent_func_path", "a.py",
-                             "--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "1"])
+                             "--algo.advantage.estimator", "group_norm",
+                             "--rollout.n_samples_per_prompt", "1"])
     assert ray.is_initialized() == was
 
 
 def test_cli_reports_bad_input_with_exit_code_2(tmp_path, capsys):
     from agentsearch.cli import main
 
-    rc = main(["openrlhf", "launch", "--dry-run", f"out={tmp_path}", "train.env=agentsearch/Nope-v0"])
+    rc = main(["openrlhf", "launch", "--dry-run", f"out={tmp_path}",
+               "train.env=agentsearch/Nope-v0"])
     assert rc == 2 and "not a registered env" in capsys.readouterr().err
 
 
@@ -313,8 +330,8 @@ def test_entry_swaps_in_our_trainer_policy_actor_and_lora_engines(monkeypatch):
     from agentsearch.engines.openrlhf.lora_sync import LoraSyncPolicyModelActor
     from agentsearch.engines.openrlhf.ppo_trainer import AgentsearchPPOTrainerActor
 
-    for mod, name in ((ppo_trainer, "PPOTrainer"), (ppo_actor, "PolicyModelActor"), (utils, "get_strategy"),
-                      (ray_pkg, "create_vllm_engines")):
+    for mod, name in ((ppo_trainer, "PPOTrainer"), (ppo_actor, "PolicyModelActor"),
+                      (utils, "get_strategy"), (ray_pkg, "create_vllm_engines")):
         monkeypatch.setattr(mod, name, getattr(mod, name))
     original = ray_pkg.create_vllm_engines
     install({"replay": None, "lora_rank": 0, "fresh_per_step": 4, "out": "x"})
@@ -334,7 +351,8 @@ def test_adapter_state_is_the_peft_adapter_and_vllm_ranks(tmp_path):
     from agentsearch.models import load_model
 
     model, _ = load_model("tiny", seed=1)
-    peft = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "down_proj"]))
+    peft = get_peft_model(model, LoraConfig(r=4, lora_alpha=8,
+                                            target_modules=["q_proj", "down_proj"]))
     for n, p in peft.named_parameters():
         if "lora_B" in n:
             p.data.normal_(0, 1e-4)  # a small update: the adapter carries it exactly

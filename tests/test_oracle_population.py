@@ -17,7 +17,8 @@ from agentsearch.warmstart.search_oracle import (
 
 
 def test_strategy_shares_are_checked():
-    assert check_strategies({"thorough": 0.25, "one_search": 0.75}) == {"thorough": 0.25, "one_search": 0.75}
+    assert check_strategies({"thorough": 0.25, "one_search": 0.75}) == {"thorough": 0.25,
+                                                                        "one_search": 0.75}
     with pytest.raises(ValueError, match="unknown oracle strategies.*guess"):
         check_strategies({"thorough": 0.5, "guess": 0.5})
     with pytest.raises(ValueError, match="sum to 1"):

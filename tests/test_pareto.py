@@ -25,11 +25,13 @@ def test_curves_from_run_folders(tmp_path):
         run.mkdir()
         recs = [{"step": 0, "time/train_cumulative": 0.0, "eval/mean_at_n": qs[0]},
                 {"step": 1, "time/train_cumulative": 5.0},
-                {"step": 2, "time/train_cumulative": 10.0 if name == "a" else 4.0, "eval/mean_at_n": qs[1]}]
+                {"step": 2, "time/train_cumulative": 10.0 if name == "a" else 4.0,
+                 "eval/mean_at_n": qs[1]}]
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     assert run_curve(tmp_path / "a") == [(0.0, 0.1, 0), (10.0, 0.3, 2)]
     out = tmp_path / "p.json"
-    assert main(SimpleNamespace(runs=[tmp_path / "a", tmp_path / "b"], metric="eval/mean_at_n", out=str(out))) == 0
+    assert main(SimpleNamespace(runs=[tmp_path / "a", tmp_path / "b"], metric="eval/mean_at_n",
+                                out=str(out))) == 0
     summary = json.loads(out.read_text())
     assert [r["final"] for r in summary["runs"]] == [0.3, 0.2]
     assert summary["frontier"] == [[0.0, 0.1], [4.0, 0.2], [10.0, 0.3]]
@@ -43,7 +45,8 @@ def make_run(root, name, evals, *, kind="none", pps=8, loss="grpo", dapo=False, 
     run.mkdir(parents=True)
     if config:
         cfg = {"seed": seed, "prompts_per_step": pps, "loss": loss, "dynamic_sampling": dapo,
-               "replay": {"kind": kind, "k_rep": 4}, "eval": eval_cfg or {"split": "dev", "limit": 0, "n": 1},
+               "replay": {"kind": kind, "k_rep": 4},
+               "eval": eval_cfg or {"split": "dev", "limit": 0, "n": 1},
                "threads": 1 + seed, **(more_cfg or {})}  # threads: a run setting, not a method's
         (run / "config.yaml").write_text(yaml.safe_dump(cfg))
     recs = [{"step": s, "time/train_cumulative": t, "eval/mean_at_n": q} for s, t, q in evals]
@@ -75,7 +78,8 @@ def test_time_to_target_hand_worked(suite):
     assert res["target"]["method"] == "on_policy_larger"
     assert res["target"]["score"] == pytest.approx(0.45)
     assert res["target"]["baseline_train_seconds"] == pytest.approx(25.0)
-    ttt = {row["run"].split("/")[-1]: (row["time_to_target"], row["ratio"]) for row in res["time_to_target"]}
+    ttt = {row["run"].split("/")[-1]: (row["time_to_target"], row["ratio"])
+           for row in res["time_to_target"]}
     assert ttt["larger-s0"] == (None, None)                    # ends at 0.4: never
     assert ttt["larger-s1"] == pytest.approx((30.0, 1.2))      # 0.5 at 30 s
     assert ttt["hdr-s0"] == pytest.approx((5.0, 0.2))          # 0.45 at 5 s (>= counts)
@@ -91,7 +95,8 @@ def test_time_to_target_hand_worked(suite):
     assert rows["on_policy"]["reached"] == "0/2" and rows["on_policy"]["ratio_mean"] is None
     # the speed-up: hdr's mean time to the target (5 + 16) / 2 over on_policy_larger's own (30 s,
     # its one seed that reaches it), not over its training time (that is the ratio, a share)
-    assert rows["hdr"]["speedup"] == pytest.approx(10.5 / 30.0) and rows["on_policy_larger"]["speedup"] == 1.0
+    assert (rows["hdr"]["speedup"] == pytest.approx(10.5 / 30.0)
+            and rows["on_policy_larger"]["speedup"] == 1.0)
     assert rows["on_policy"]["speedup"] is None
     # the mean curve of hdr: times (5+8)/2 at step 5, values (0.45+0.4)/2
     hdr = next(m for m in res["_methods"] if m.label == "hdr")
@@ -110,7 +115,8 @@ def test_pareto_writes_png_csv_markdown(suite, capsys):
         assert (out / f).exists(), f
     rows = list(csv.DictReader(open(out / "pareto_time_to_target.csv")))
     assert {r["run"].split("/")[-1]: r["ratio"] for r in rows}["larger-s0"] == "never"
-    assert float({r["run"].split("/")[-1]: r["ratio"] for r in rows}["hdr-s1"]) == pytest.approx(0.64)
+    assert float({r["run"].split("/")[-1]: r["ratio"]
+                  for r in rows}["hdr-s1"]) == pytest.approx(0.64)
     md = (out / "pareto.md").read_text()
     assert "| hdr | 2/2 |" in md and "never" in md
     printed = capsys.readouterr().out
@@ -126,12 +132,12 @@ def test_method_labels_from_configs(tmp_path):
             make_run(tmp_path, "e", pts, kind="none", pps=12),
             make_run(tmp_path, "f", pts, kind="naive", pps=8),
             make_run(tmp_path, "g-s3", pts, config=False)]
-    assert [r.label for r in load_runs(runs)] == ["on_policy", "gspo_on_policy", "dapo_hdr", "cispo_hdr",
-                                                  "on_policy_larger", "naive", "g"]
+    assert [r.label for r in load_runs(runs)] == ["on_policy", "gspo_on_policy", "dapo_hdr",
+                                                  "cispo_hdr", "on_policy_larger", "naive", "g"]
     # two larger sizes: each gets its own label
     more = make_run(tmp_path, "h", pts, kind="none", pps=16)
-    assert [r.label for r in load_runs(runs[:1] + [runs[4], more])] == ["on_policy", "on_policy_pps12",
-                                                                        "on_policy_pps16"]
+    assert [r.label for r in load_runs(runs[:1] + [runs[4], more])] == [
+        "on_policy", "on_policy_pps12", "on_policy_pps16"]
     assert [r.label for r in load_runs(runs[:2], label_by="loss,replay.kind")] == [
         "loss=grpo,replay.kind=none", "loss=gspo,replay.kind=none"]
     assert [r.label for r in load_runs([runs[0], runs[6]], label_by="dir")] == ["a", "g"]
@@ -140,8 +146,8 @@ def test_method_labels_from_configs(tmp_path):
 
 def test_configs_that_differ_beyond_the_seed_are_different_methods(tmp_path):
     pts = [(0, 0, .1), (1, 5, .3)]
-    runs = [make_run(tmp_path, f"hdr-lr{lr}-s{seed}", pts, kind="hdr", seed=seed, more_cfg={"lr": lr})
-            for lr in (1e-3, 1e-4) for seed in (0, 1)]
+    runs = [make_run(tmp_path, f"hdr-lr{lr}-s{seed}", pts, kind="hdr", seed=seed,
+                     more_cfg={"lr": lr}) for lr in (1e-3, 1e-4) for seed in (0, 1)]
     runs.append(make_run(tmp_path, "hdr-tau-s0", pts, kind="hdr", more_cfg={"lr": 1e-4, "replay": {
         "kind": "hdr", "k_rep": 4, "tau": 0.5}}))
     methods, _ = group_methods(load_runs(runs))
@@ -158,8 +164,9 @@ def test_methods_with_equal_mean_points_all_keep_their_frontier_labels(tmp_path)
             make_run(tmp_path, "n-s0", [(0, 0, .2), (1, 10, .5)], kind="naive"),
             make_run(tmp_path, "o-s0", [(0, 0, .2), (1, 12, .4)])]
     res = analyse(runs)
-    assert res["method_frontier"] == [[0.0, 0.2, "hdr"], [0.0, 0.2, "naive"], [0.0, 0.2, "on_policy"],
-                                      [10.0, 0.5, "hdr"], [10.0, 0.5, "naive"]]
+    assert res["method_frontier"] == [[0.0, 0.2, "hdr"], [0.0, 0.2, "naive"],
+                                      [0.0, 0.2, "on_policy"], [10.0, 0.5, "hdr"],
+                                      [10.0, 0.5, "naive"]]
 
 
 def test_default_target_without_larger_is_best_on_policy(tmp_path):
@@ -167,7 +174,8 @@ def test_default_target_without_larger_is_best_on_policy(tmp_path):
             make_run(tmp_path, "y-s0", [(0, 0, .1), (1, 4, .35)], kind="none", loss="gspo"),
             make_run(tmp_path, "z-s0", [(0, 0, .1), (1, 9, .9)], kind="hdr")]
     res = analyse(runs)
-    assert res["target"]["method"] == "gspo_on_policy" and res["target"]["score"] == pytest.approx(0.35)
+    assert (res["target"]["method"] == "gspo_on_policy"
+            and res["target"]["score"] == pytest.approx(0.35))
     res = analyse(runs, target_method="hdr")
     assert res["target"]["score"] == pytest.approx(0.9)
 
@@ -189,7 +197,8 @@ def test_no_eval_rows_is_a_message_and_exit_2(tmp_path, capsys):
 
 def test_mixed_metrics_give_messages_and_partial_tables(tmp_path, capsys):
     good = make_run(tmp_path, "good-s0", [(0, 0, .2), (2, 4, .3)])
-    other = make_run(tmp_path, "other-s0", [], extra=[{"step": 0, "time/train_cumulative": 0, "eval/em": .2}])
+    other = make_run(tmp_path, "other-s0", [],
+                     extra=[{"step": 0, "time/train_cumulative": 0, "eval/em": .2}])
     # two seeds of hdr evaluated at different steps; one torn line; one eval row without time
     h0 = make_run(tmp_path, "hdr-s0", [(0, 0, .2), (2, 5, .3), (4, 9, .4)], kind="hdr")
     h1 = make_run(tmp_path, "hdr-s1", [(0, 0, .2), (3, 6, .35), (4, 10, .45)], kind="hdr", seed=1,
@@ -198,7 +207,8 @@ def test_mixed_metrics_give_messages_and_partial_tables(tmp_path, capsys):
     with open(h1 / "metrics.jsonl", "a") as f:
         f.write('{"step": 6, "time/train')
     code = main(SimpleNamespace(runs=[good, other, h0, h1], metric="eval/mean_at_n",
-                                out=str(tmp_path / "a" / "p.png"), label_by="auto", target_method=None,
+                                out=str(tmp_path / "a" / "p.png"), label_by="auto",
+                                target_method=None,
                                 target_score=None))
     out = capsys.readouterr().out
     assert code == 0
@@ -214,8 +224,8 @@ def test_mixed_metrics_give_messages_and_partial_tables(tmp_path, capsys):
 
 def test_unreachable_target_and_unknown_target_method(suite, capsys):
     root, runs = suite
-    assert main(SimpleNamespace(runs=runs, metric="eval/mean_at_n", out=str(root / "o"), label_by="auto",
-                                target_method=None, target_score=0.9)) == 0
+    assert main(SimpleNamespace(runs=runs, metric="eval/mean_at_n", out=str(root / "o"),
+                                label_by="auto", target_method=None, target_score=0.9)) == 0
     out = capsys.readouterr().out
     assert "no run reaches the target 0.9000" in out
     assert "| hdr | 2/2 | 0.4800" in out and "| 0/2 | never |" in out
@@ -230,8 +240,8 @@ def test_unreachable_target_and_unknown_target_method(suite, capsys):
 def test_cli_parses_pareto_options():
     from agentsearch.cli import build_parser
 
-    a = build_parser().parse_args(["pareto", "r1", "r2", "--label-by", "dir", "--target-method", "hdr",
-                                   "--target-score", "0.4"])
+    a = build_parser().parse_args(["pareto", "r1", "r2", "--label-by", "dir", "--target-method",
+                                   "hdr", "--target-score", "0.4"])
     assert (a.label_by, a.target_method, a.target_score) == ("dir", "hdr", 0.4)
 
 
@@ -243,15 +253,19 @@ def _train_rec(step, **kv):
 
 def test_replay_diagnostics_hand_worked(tmp_path):
     dec = {f"replay/exposure_h0_decile_{d}": float(d) for d in range(10)}
-    hdr = [_train_rec(1, **{"replay/scan_depth": 0.0, "replay/accept_rate": 0.0, "replay/candidates": 0.0}),
-           _train_rec(2, **{"replay/scan_depth": 8.0, "replay/accept_rate": 0.5, "replay/candidates": 8.0,
-                            "replay/age_mean": 1.0, "time/replay_scan": 0.5, "time/step": 2.5,
-                            "replay/drift_age_1": 0.01, "replay/drift_age_16up": 0.5}),
-           _train_rec(3, **{"replay/scan_depth": 16.0, "replay/accept_rate": 0.25, "replay/candidates": 16.0,
-                            "replay/age_mean": 2.0, "time/replay_scan": 0.5, "time/step": 2.5, **dec,
+    hdr = [_train_rec(1, **{"replay/scan_depth": 0.0, "replay/accept_rate": 0.0,
+                            "replay/candidates": 0.0}),
+           _train_rec(2, **{"replay/scan_depth": 8.0, "replay/accept_rate": 0.5,
+                            "replay/candidates": 8.0, "replay/age_mean": 1.0,
+                            "time/replay_scan": 0.5, "time/step": 2.5, "replay/drift_age_1": 0.01,
+                            "replay/drift_age_16up": 0.5}),
+           _train_rec(3, **{"replay/scan_depth": 16.0, "replay/accept_rate": 0.25,
+                            "replay/candidates": 16.0, "replay/age_mean": 2.0,
+                            "time/replay_scan": 0.5, "time/step": 2.5, **dec,
                             "replay/drift_age_1": 0.03, "replay/drift_age_2_3": 0.1})]
-    naive = [_train_rec(s, **{"replay/scan_depth": 4.0, "replay/accept_rate": 1.0, "replay/candidates": 8.0,
-                              "time/replay_scan": 0.1, "time/step": 2.0}) for s in (1, 2, 3)]
+    naive = [_train_rec(s, **{"replay/scan_depth": 4.0, "replay/accept_rate": 1.0,
+                              "replay/candidates": 8.0, "time/replay_scan": 0.1, "time/step": 2.0})
+             for s in (1, 2, 3)]
     runs = [make_run(tmp_path, "hdr-s0", [(0, 0, .2)], kind="hdr", extra=hdr),
             make_run(tmp_path, "naive-s0", [(0, 0, .2)], kind="naive", extra=naive),
             make_run(tmp_path, "onp-s0", [(0, 0, .2)], extra=[_train_rec(1)])]
@@ -265,7 +279,8 @@ def test_replay_diagnostics_hand_worked(tmp_path):
     assert d["deciles"]["hdr"] == [float(x) for x in range(10)] and "naive" not in d["deciles"]
     assert s["hdr"]["drift_age_1"] == pytest.approx(0.02) and s["hdr"]["drift_age_16up"] == 0.5
     assert "drift_age_1" not in s["naive"]  # naive scores nothing: no drift
-    assert "| method | 1 | 2-3 | 16+ |" in d["markdown"] and "| hdr | 2.00e-02 | 1.00e-01 | 5.00e-01 |" in d["markdown"]
+    assert ("| method | 1 | 2-3 | 16+ |" in d["markdown"]
+            and "| hdr | 2.00e-02 | 1.00e-01 | 5.00e-01 |" in d["markdown"])
     t = {row["method"]: row for row in d["time"]}
     # hdr: scan (0 + 0.5 + 0.5) / 3 = 1/3 s of a (2 + 2.5 + 2.5) / 3 = 7/3 s step
     assert t["hdr"]["replay_scan_share"] == pytest.approx(1 / 7)

@@ -32,11 +32,13 @@ def test_bf16_rounds_small_adam_steps_to_zero_which_is_why():
 def test_gradient_checkpointing_gives_the_same_gradients():
     grads = []
     for gc in (False, True):
-        cfg = apply_overrides(TrainConfig, "tiny", BASE + [f"gradient_checkpointing={str(gc).lower()}"])
+        cfg = apply_overrides(TrainConfig, "tiny",
+                              BASE + [f"gradient_checkpointing={str(gc).lower()}"])
         model, _ = build_policy(cfg)
         model.train()
         ids = torch.arange(1, 33).view(2, 16)
         model(input_ids=ids, labels=ids).loss.backward()
-        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()
+                                if p.grad is not None]))
         assert model.is_gradient_checkpointing == gc
     assert torch.allclose(grads[0], grads[1], atol=1e-6)

@@ -106,7 +106,8 @@ def test_decorator_registration_and_unknown_kind_lists_the_known_ones():
         return make_replay("none")
 
     try:
-        assert build_replay(apply_overrides(TrainConfig, "tiny", ["replay=nothing_kind"])).name == "none"
+        assert build_replay(apply_overrides(TrainConfig, "tiny",
+                                            ["replay=nothing_kind"])).name == "none"
         with pytest.raises(ValueError, match="already registered"):
             register_replay("nothing_kind", nothing)
         register_replay("nothing_kind", nothing, overwrite=True)
@@ -140,8 +141,8 @@ def _narrow_clips(cfg):
 @pytest.fixture
 def my_loss():
     CALLS.clear()
-    register_loss("my_loss", doubled_grpo, aggregation={"token": "sequence", "sequence": "sequence"},
-                  check=_narrow_clips)
+    register_loss("my_loss", doubled_grpo,
+                  aggregation={"token": "sequence", "sequence": "sequence"}, check=_narrow_clips)
     yield "my_loss"
     unregister_loss("my_loss")
     CALLS.clear()
@@ -155,7 +156,8 @@ def test_registered_loss_is_validated_by_the_config(my_loss):
         apply_overrides(TrainConfig, "tiny", ["loss=my_loss", "clip_low=0.9"])
     with pytest.raises(ConfigError, match="not grpo|not my_loss"):  # no dual_clip unless declared
         apply_overrides(TrainConfig, "tiny", ["loss=my_loss", "dual_clip=3"])
-    with pytest.raises(ConfigError, match="clip_low=3e-4 clip_high=4e-4"):  # built-in gspo check kept
+    # built-in gspo check kept
+    with pytest.raises(ConfigError, match="clip_low=3e-4 clip_high=4e-4"):
         apply_overrides(TrainConfig, "tiny", ["loss=gspo"])
     with pytest.raises(ValueError, match="built-in"):
         register_loss("grpo", doubled_grpo)
@@ -186,7 +188,8 @@ def test_registered_loss_is_used_by_policy_update(my_loss):
     for ids, mask, adv in seqs:
         ids, mask = torch.tensor(ids), torch.tensor(mask, dtype=torch.bool)
         with torch.no_grad():
-            lp = token_logprobs(model, ids[None], torch.ones_like(ids)[None], target_mask=mask[None])[0]
+            lp = token_logprobs(model, ids[None], torch.ones_like(ids)[None],
+                                target_mask=mask[None])[0]
         rows.append(Row(ids, mask, torch.where(mask, lp - 0.05, 0.0), adv, False))
     # the registry's normaliser rule: 3 sequences (not 6 tokens) for agg=token
     assert loss_normalizer("my_loss", "token", [r.mask for r in rows]) == 3.0
@@ -195,7 +198,8 @@ def test_registered_loss_is_used_by_policy_update(my_loss):
     expected = 2 * grpo_loss(lp, b["old"], b["adv"], b["mask"], clip_low=cfg.clip_low,
                              clip_high=cfg.clip_high, agg="sequence").loss.item()
     CALLS.clear()
-    out = policy_update(model, *make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_steps), rows, cfg)
+    out = policy_update(model, *make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay,
+                                               warmup_steps=cfg.warmup_steps), rows, cfg)
     assert out["train/skipped"] == 0.0
     assert [c["rows"] for c in CALLS] == [2, 1]  # two micro-batches, both through the user's loss
     assert all(c["normalizer"] == 3.0 and c["agg"] == "token" for c in CALLS)
@@ -228,7 +232,8 @@ def test_registered_answer_reward_is_used_by_search_env(my_metric):
     _, reward, term, _, info = env.step("<answer>Lace</answer>")
     expected = answer_length_reward("Lace", TASK["golden_answers"])
     assert 0 < expected < 1
-    assert term and info["reward/answer"] == pytest.approx(expected) and reward == pytest.approx(expected)
+    assert (term and info["reward/answer"] == pytest.approx(expected)
+            and reward == pytest.approx(expected))
     assert info["answer_correct"] is False and info["metric/my_metric"] == pytest.approx(expected)
     env.reset(options={"task": TASK})
     _, _, _, _, info = env.step("<answer>ada lovelace</answer>")

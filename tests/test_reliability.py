@@ -25,7 +25,8 @@ def quick_outages():
     outages.configure(budget_s=30, warn_every_s=30, backoff_s=0.05, backoff_max_s=0.2)
     yield outages
     outages.recovered()
-    outages.configure(budget_s=saved[0], warn_every_s=saved[1], backoff_s=saved[2], backoff_max_s=saved[3])
+    outages.configure(budget_s=saved[0], warn_every_s=saved[1], backoff_s=saved[2],
+                      backoff_max_s=saved[3])
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +52,8 @@ def test_tracker_backs_off_warns_once_then_every_n_seconds_and_stops_past_budget
         t.failed("search", err, 4)
         assert len(caplog.records) == 2 and "still failing" in caplog.records[1].message
         time.sleep(0.15)
-        with pytest.raises(OutageError, match="failed for 0 s, past reliability.outage_budget_s=0.3"):
+        with pytest.raises(OutageError,
+                           match="failed for 0 s, past reliability.outage_budget_s=0.3"):
             t.failed("search", err, 5)
         t.recovered()
         assert "recovered after" in caplog.records[-1].message
@@ -106,13 +108,15 @@ def test_5xx_and_stalls_are_retried_and_never_reach_the_episode(bm25s, quick_out
         want.append(direct.step(f"<search>{t['question']}</search>")[0])
     transient0, errors0 = quick_outages.transient_errors, quick_outages.errors
     with serve_in_thread(bm25s) as upstream, \
-            serve_in_thread(create_chaos_app(upstream, error_rate=0.3, stall_rate=0.2, stall_s=0.3, seed=1)) as url:
+            serve_in_thread(create_chaos_app(upstream, error_rate=0.3, stall_rate=0.2, stall_s=0.3,
+                                             seed=1)) as url:
         envs = [SearchEnv(split="dev", index=f"{url}?micro_batch=false") for _ in tasks]
 
         async def play():
             for env, t in zip(envs, tasks):
                 env.reset(options={"task": t})
-            out = await asyncio.gather(*(e.astep(f"<search>{t['question']}</search>") for e, t in zip(envs, tasks)))
+            out = await asyncio.gather(*(e.astep(f"<search>{t['question']}</search>")
+                                         for e, t in zip(envs, tasks)))
             await envs[0].aclose()
             return out
 
@@ -126,7 +130,8 @@ def test_5xx_and_stalls_are_retried_and_never_reach_the_episode(bm25s, quick_out
     assert chaos["errors"] >= 2 and chaos["stalls"] >= 1
     seen = (quick_outages.transient_errors - transient0) + (quick_outages.errors - errors0)
     assert seen == chaos["errors"]
-    assert caplog.text.count("infrastructure error, retried") == 1  # the first; then one per warn_every_s
+    # the first; then one per warn_every_s
+    assert caplog.text.count("infrastructure error, retried") == 1
 
 
 def _records(run: Path) -> list[dict]:
@@ -145,15 +150,17 @@ def test_a_run_whose_server_dies_checkpoints_stops_and_resumes(bm25s, tmp_path, 
 
     port = _closed_port(bm25s)
     run = tmp_path / "run"
-    args = ["train", "--preset", "tiny", "--out", str(run), *SMALL, "model=tiny-base", "steps=6", "checkpoint_every=10",
-            "tool_latency.kind=fixed", "tool_latency.mean_s=0.2",
-            f"env_kwargs.index=http://127.0.0.1:{port}?retries=0&timeout=5", "reliability.outage_budget_s=2"]
+    args = ["train", "--preset", "tiny", "--out", str(run), *SMALL, "model=tiny-base", "steps=6",
+            "checkpoint_every=10", "tool_latency.kind=fixed", "tool_latency.mean_s=0.2",
+            f"env_kwargs.index=http://127.0.0.1:{port}?retries=0&timeout=5",
+            "reliability.outage_budget_s=2"]
     stop = threading.Event()
 
     def server():  # up until step 1 is logged
         with serve_in_thread(bm25s, port=port):
-            while not stop.is_set() and not ((run / "metrics.jsonl").exists()
-                                             and (run / "metrics.jsonl").read_text().count("\n") >= 2):
+            while not stop.is_set() and not (
+                    (run / "metrics.jsonl").exists()
+                    and (run / "metrics.jsonl").read_text().count("\n") >= 2):
                 time.sleep(0.05)
 
     thread = threading.Thread(target=server, daemon=True)

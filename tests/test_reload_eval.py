@@ -17,7 +17,8 @@ from agentsearch.trainer.checkpoint import save_final
 from agentsearch.trainer.train_config import TrainConfig
 
 TEXTS = ["Search, then answer. Question: In what year was Ky Stethith born?\n",
-         '\n\n<information>Doc 1(Title: "Ky Stethith") Ky Stethith (born 1887) is a painter.</information>\n\n',
+         '\n\n<information>Doc 1(Title: "Ky Stethith") Ky Stethith (born 1887) is a '
+         'painter.</information>\n\n',
          " <search> Biagam Company </search>", "Doc 1 's , . 12,000 <answer> 7 </answer>"]
 
 
@@ -51,16 +52,18 @@ def test_eval_of_the_model_in_memory_equals_eval_after_save_and_reload(tmp_path,
     from agentsearch.trainer.loop import train
 
     run = tmp_path / "run"
-    train(apply_overrides(TrainConfig, "tiny", SMALL + settings), run, quiet=True)  # evals in memory
+    # evals in memory
+    train(apply_overrides(TrainConfig, "tiny", SMALL + settings), run, quiet=True)
     in_memory = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
     assert in_memory["eval/questions"] == 40 and in_memory["eval/mean_at_n"] > 0.1
     reloaded = _eval_cli(capsys, "--run", str(run))  # the run's own eval settings, saved weights
-    for key in ("eval/mean_at_n", "eval/best_at_n", "eval/n", "eval/bridge/mean_at_n", "eval/searches"):
+    for key in ("eval/mean_at_n", "eval/best_at_n", "eval/n", "eval/bridge/mean_at_n",
+                "eval/searches"):
         assert reloaded[key] == in_memory[key], key
     # and as the starting point of another run
     again = tmp_path / "again"
-    train(apply_overrides(TrainConfig, "tiny", SMALL + settings + [f"init_from={run / 'final'}"]), again,
-          quiet=True)
+    train(apply_overrides(TrainConfig, "tiny", SMALL + settings + [f"init_from={run / 'final'}"]),
+          again, quiet=True)
     step0 = json.loads((again / "metrics.jsonl").read_text().splitlines()[0])
     assert step0["eval/mean_at_n"] == in_memory["eval/mean_at_n"]
     assert Path(run / "samples" / "step-0.txt").read_text().count("=== ") >= 2

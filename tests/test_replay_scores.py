@@ -84,7 +84,8 @@ def test_bad_variant_names_raise():
 
 
 def _random_groups(G: int, n: int, T: int, seed: int):
-    """G random groups padded to [G, n, T]: ragged response lengths, prompt columns, padding rows."""
+    """G random groups padded to [G, n, T]: ragged response lengths, prompt columns,
+    padding rows."""
     g = torch.Generator().manual_seed(seed)
     gen = -torch.empty(G, n, T).exponential_(1.0, generator=g)               # logprobs <= 0
     prompt = torch.randint(0, T // 2, (G, 1, 1), generator=g)
@@ -134,7 +135,8 @@ def test_off_mask_tokens_never_change_scores():
     cur2 = torch.where(mask, cur, junk)
     gen2 = torch.where(mask, gen, -junk)
     for w in ("sign", "advantage"):
-        assert torch.equal(headroom_batched(cur, adv, mask, w), headroom_batched(cur2, adv, mask, w))
+        assert torch.equal(headroom_batched(cur, adv, mask, w),
+                           headroom_batched(cur2, adv, mask, w))
     for k in ("l2", "l1"):
         assert torch.equal(policy_drift_batched(cur, gen, mask, k),
                            policy_drift_batched(cur2, gen2, mask, k))
@@ -145,8 +147,10 @@ def test_batched_matches_single_group():
     hb = headroom_batched(cur, adv, mask, "advantage")
     db = policy_drift_batched(cur, gen, mask, "l1")
     for i in range(20):
-        assert headroom(cur[i], adv[i], mask[i], "advantage").item() == pytest.approx(hb[i].item(), abs=1e-7)
-        assert policy_drift(cur[i], gen[i], mask[i], "l1").item() == pytest.approx(db[i].item(), abs=1e-7)
+        assert (headroom(cur[i], adv[i], mask[i], "advantage").item()
+                == pytest.approx(hb[i].item(), abs=1e-7))
+        assert (policy_drift(cur[i], gen[i], mask[i], "l1").item()
+                == pytest.approx(db[i].item(), abs=1e-7))
 
 
 def test_pad_stack_pads_ragged_groups():
@@ -189,7 +193,8 @@ def test_replay_group_from_padded_removes_left_padding():
     act = torch.tensor([[0, 0, 0, 0, 1, 1], [0, 0, 1, 1, 1, 0]])
     lp = torch.tensor([[0, 0, 0, 0, -1.0, -2.0], [0, 0, -3.0, -4.0, -5.0, 0]])
     g = ReplayGroup.from_padded(prompt_id=7, token_ids=ids, action_mask=act, gen_logprobs=lp,
-                                advantages=torch.tensor([1.0, -1.0]), rewards=torch.tensor([1.0, 0.0]),
+                                advantages=torch.tensor([1.0, -1.0]),
+                                rewards=torch.tensor([1.0, 0.0]),
                                 born_step=2, attention_mask=attn)
     assert g.token_ids.tolist() == [[5, 6, 7, 8, 0], [5, 6, 9, 9, 9]]
     assert g.action_mask.int().tolist() == [[0, 0, 1, 1, 0], [0, 0, 1, 1, 1]]

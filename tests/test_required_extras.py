@@ -48,7 +48,8 @@ ARGS = ("-p", "required_extras", "-rs", "-W", "ignore::pytest.PytestAssertRewrit
 
 @pytest.fixture
 def suite(pytester, monkeypatch):
-    monkeypatch.setattr(required_extras, "REQUIRED_EXTRAS", required_extras.REQUIRED_EXTRAS | {FAKE})
+    monkeypatch.setattr(required_extras, "REQUIRED_EXTRAS",
+                        required_extras.REQUIRED_EXTRAS | {FAKE})
     pytester.makepyfile(test_needs_extra=SUITE, test_in_a_test=IN_A_TEST)
     return pytester
 
@@ -77,7 +78,8 @@ def test_a_missing_extra_is_a_reported_skip_when_not_required(suite, monkeypatch
 def test_make_test_requires_the_extras_and_reports_skips(request):
     makefile = (ROOT / "Makefile").read_text()
     test_target = makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]
-    assert re.search(rf"{required_extras.ENV_VAR}=1 \S*pytest", test_target.replace("$(PY) -m ", "")), test_target
+    assert re.search(rf"{required_extras.ENV_VAR}=1 \S*pytest",
+                     test_target.replace("$(PY) -m ", "")), test_target
     addopts = re.search(r'^addopts = "(.*)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
     assert "-rs" in addopts.split()
     # this run: the plugin is on exactly when the variable is (tests/conftest.py)

@@ -24,7 +24,8 @@ class _Docs:
     """Two fixed hits for every query, scored 1 and 1/2."""
 
     def search(self, queries, k=3):
-        return [[Hit(d["id"], d["contents"], 1.0 / (i + 1)) for i, d in enumerate(DOCS[:k])] for _ in queries]
+        return [[Hit(d["id"], d["contents"], 1.0 / (i + 1))
+                 for i, d in enumerate(DOCS[:k])] for _ in queries]
 
 
 def _stub(answer=None):

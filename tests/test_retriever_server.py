@@ -60,10 +60,12 @@ def test_search_r1_request_and_parsing(url, local, questions):
     expected = local.search(questions[:5], 3)
     for items, hits in zip(answer["result"], expected):
         assert [set(it) for it in items] == [{"document", "score"}] * len(hits)
-        assert [it["document"] for it in items] == [{"id": h.doc_id, "contents": h.contents} for h in hits]
+        assert [it["document"] for it in items] == [
+            {"id": h.doc_id, "contents": h.contents} for h in hits]
         assert [it["score"] for it in items] == pytest.approx([h.score for h in hits])
         text = search_r1_passages(items)
-        assert text.count("\n") == len(hits) and text.startswith(f'Doc 1(Title: "{hits[0].title}") ')
+        assert (text.count("\n") == len(hits)
+                and text.startswith(f'Doc 1(Title: "{hits[0].title}") '))
 
 
 def test_without_scores_returns_bare_documents(url, questions):
@@ -98,7 +100,8 @@ def test_bad_requests_get_4xx_and_server_keeps_serving(url, body, status, words)
 
 
 def test_empty_queries_are_answered_not_rejected(url):
-    r = httpx.post(url + "/retrieve", json={"queries": ["", "   ", "born"], "topk": 2, "return_scores": True})
+    r = httpx.post(url + "/retrieve", json={"queries": ["", "   ", "born"], "topk": 2,
+                                            "return_scores": True})
     assert r.status_code == 200
     assert [len(x) for x in r.json()["result"]] == [0, 0, 2]
     assert httpx.post(url + "/retrieve", json={"queries": []}).json() == {"result": []}
@@ -237,8 +240,9 @@ def test_one_event_loop_per_run_opens_one_http_client_and_closes_it(url, httpx_c
     backend = ScriptedBackend(load_tokenizer("tiny"), policy)
     events = EventLoop()
     for step in range(3):
-        eps, stats = rollout(envs, tasks[2 * step:2 * step + 2], backend, SamplingParams(max_new_tokens=256),
-                             n_per_task=2, seed=step, loop=events)
+        eps, stats = rollout(envs, tasks[2 * step:2 * step + 2], backend,
+                             SamplingParams(max_new_tokens=256), n_per_task=2, seed=step,
+                             loop=events)
         assert stats.tool_calls >= 4 and stats.tool_errors == 0
         assert all(e.answer_correct for e in eps)
     assert len(made) == 1 and not made[0].is_closed
@@ -253,7 +257,8 @@ def _serve_args(*flags: str):
     """``agentsearch serve`` arguments as the command line parses them (its defaults)."""
     from agentsearch.cli import build_parser
 
-    return build_parser().parse_args(["serve", "--index", str(world_index(seed=0, kind="bm25s")), *flags])
+    return build_parser().parse_args(["serve", "--index", str(world_index(seed=0, kind="bm25s")),
+                                      *flags])
 
 
 def test_search_r1_turn_in_one_request_with_default_settings(local, world_path):
@@ -267,7 +272,8 @@ def test_search_r1_turn_in_one_request_with_default_settings(local, world_path):
     app, _ = app_from_args(_serve_args())
     with serve_in_thread(app) as u:
         t = time.perf_counter()
-        r = requests.post(u + "/retrieve", json={"queries": queries, "topk": 3, "return_scores": True})
+        r = requests.post(u + "/retrieve",
+                          json={"queries": queries, "topk": 3, "return_scores": True})
         seconds = time.perf_counter() - t
     assert r.status_code == 200, r.text[:300]
     result = r.json()["result"]
@@ -275,7 +281,8 @@ def test_search_r1_turn_in_one_request_with_default_settings(local, world_path):
     assert len(result) == 2560
     assert [[it["document"] for it in items] for items in result] == [
         [{"id": h.doc_id, "contents": h.contents} for h in hits] for hits in expected]
-    assert [[it["score"] for it in items] for items in result] == [[h.score for h in hits] for hits in expected]
+    assert [[it["score"] for it in items] for items in result] == [
+        [h.score for h in hits] for hits in expected]
     print(f"2,560-query request: {seconds:.2f} s, {len(r.content) / 1e6:.1f} MB answer")
 
 
@@ -294,7 +301,8 @@ def test_a_large_request_is_searched_in_chunks():
     inner = _CountingRetriever()
     queries = [f"q{i}" for i in range(2560)]
     with serve_in_thread(create_app(inner, Limits())) as u:
-        r = httpx.post(u + "/retrieve", json={"queries": queries, "topk": 3, "return_scores": True}, timeout=30)
+        r = httpx.post(u + "/retrieve", json={"queries": queries, "topk": 3, "return_scores": True},
+                       timeout=30)
         limits = httpx.get(u + "/health").json()["limits"]
     assert r.status_code == 200 and [x[0]["document"]["id"] for x in r.json()["result"]] == queries
     assert inner.calls == [256] * 10  # the search's memory is that of 256 queries at a time

@@ -27,7 +27,8 @@ from agentsearch.retrievers import (
 
 def recall_at(retriever, questions, k=3):
     hits = retriever.search([q["question"] for q in questions], k)
-    return sum(any(h.doc_id in q["gold_doc_ids"] for h in hs) for q, hs in zip(questions, hits)) / len(questions)
+    return sum(any(h.doc_id in q["gold_doc_ids"] for h in hs)
+               for q, hs in zip(questions, hits)) / len(questions)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,8 @@ def single_hop(world_path):
 
 def test_import_is_light():
     code = ("import sys, agentsearch.retrievers as r; r.Hit; "
-            "heavy = [m for m in ('numpy', 'bm25s', 'faiss', 'torch', 'pyserini', 'fastapi', 'httpx') "
+            "heavy = [m for m in ('numpy', 'bm25s', 'faiss', 'torch', 'pyserini', 'fastapi', "
+            "'httpx') "
             "if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -210,7 +212,8 @@ class FixedRetriever(CountingRetriever):
         self.ranking = ranking
 
     def search(self, queries, k=3):
-        return [[Hit(d, f'"{d}"\nx', 1.0 / (r + 1)) for r, d in enumerate(self.ranking[:k])] for _ in queries]
+        return [[Hit(d, f'"{d}"\nx', 1.0 / (r + 1))
+                 for r, d in enumerate(self.ranking[:k])] for _ in queries]
 
 
 def test_hybrid_rrf_fuses_ranks():

@@ -22,11 +22,13 @@ def built(tmp_path_factory, world_path):
     root = tmp_path_factory.mktemp("compressed")
     enc = save_tiny_encoder(root / "enc-e5")
     corpus = world_path / "corpus.jsonl"
-    flat = build_index(corpus, "dense-flat", root / "flat", encoder=enc, max_length=32, progress=False)
+    flat = build_index(corpus, "dense-flat", root / "flat", encoder=enc, max_length=32,
+                       progress=False)
     out = {"flat": flat, "encoder": enc, "root": root}
     for name, kind, kw in [("ivfpq", "dense-ivfpq", {}),
                            ("hnsw-sq8", "dense-hnsw-sq8", {"hnsw_m": 16}),
-                           ("factory", "dense-factory", {"factory": "IVF32,SQ8", "search": "nprobe=32"}),
+                           ("factory", "dense-factory",
+                            {"factory": "IVF32,SQ8", "search": "nprobe=32"}),
                            ("ivf", "dense-ivf", {"nlist": 32}),
                            ("ivf-shards", "dense-ivf", {"nlist": 32, "shards": 3})]:
         out[name] = build_index(corpus, kind, root / name, vectors_from=flat, progress=False, **kw)
@@ -50,8 +52,10 @@ def test_factory_strings_by_kind():
     assert factory_for("flat", 768, 10**6)[0] == "Flat"
     assert factory_for("hnsw-sq8", 768, 10**6, hnsw_m=32)[0] == "HNSW32,SQ8"
     s, f = factory_for("ivfpq", 768, 21_000_000)
-    assert s == "OPQ192_768,IVF18330,PQ192x8" and f["search"] == {"nprobe": 4582} and f["pq_m"] == 192
-    assert factory_for("ivfpq", 384, 10**6, nlist=4096, nprobe=64, pq_m=48)[0] == "OPQ48_384,IVF4096,PQ48x8"
+    assert (s == "OPQ192_768,IVF18330,PQ192x8" and f["search"] == {"nprobe": 4582}
+            and f["pq_m"] == 192)
+    assert factory_for("ivfpq", 384, 10**6, nlist=4096, nprobe=64,
+                       pq_m=48)[0] == "OPQ48_384,IVF4096,PQ48x8"
     assert factory_for("ivfpq", 30, 5000)[1]["pq_m"] == 6  # d/4 = 7 does not divide 30; 6 does
     with pytest.raises(ValueError, match="needs factory="):
         factory_for("factory", 32, 100)
@@ -65,7 +69,8 @@ def test_factory_strings_by_kind():
 def test_rerank_exact_by_hand():
     vectors = np.array([[1, 0], [0, 1], [0.6, 0.8], [-1, 0]], dtype=np.float32)  # [N=4, d=2]
     queries = np.array([[0, 1], [1, 0]], dtype=np.float32)                       # [q=2, d]
-    ids = np.array([[0, 2, 1, -1], [3, 3, -1, -1]])                              # [q, c]: dupes, gaps
+    # [q, c]: dupes, gaps
+    ids = np.array([[0, 2, 1, -1], [3, 3, -1, -1]])
     scores, top = rerank_exact(queries, ids, vectors, k=2)
     np.testing.assert_array_equal(top, [[1, 2], [3, -1]])
     np.testing.assert_allclose(scores, [[1.0, 0.8], [-1.0, -np.inf]])
@@ -87,16 +92,19 @@ def test_compressed_kinds_recall_against_flat(built, questions):
     fac = load_retriever(built["factory"])
     assert fac.manifest["search"] == {"nprobe": 32} and _recall(ref, _ids(fac, questions)) >= 0.95
     flat_bytes = built["flat"].joinpath("index.faiss").stat().st_size
-    assert (built["ivfpq"] / "index.faiss").stat().st_size < flat_bytes / 2  # 8-byte codes vs 128-byte vectors
+    # 8-byte codes vs 128-byte vectors
+    assert (built["ivfpq"] / "index.faiss").stat().st_size < flat_bytes / 2
     assert not (built["hnsw-sq8"] / "vectors.npy").exists()  # kept only where it re-ranks
 
 
 def test_shards_search_as_one_index(built, questions):
     m = json.loads((built["ivf-shards"] / "manifest.json").read_text())
-    assert [f["file"] for f in m["faiss_files"]] == ["index.000.faiss", "index.001.faiss", "index.002.faiss"]
+    assert [f["file"] for f in m["faiss_files"]] == ["index.000.faiss", "index.001.faiss",
+                                                     "index.002.faiss"]
     assert sum(f["ntotal"] for f in m["faiss_files"]) == m["num_docs"]
     one, three = (load_retriever(built[k], nprobe=32) for k in ("ivf", "ivf-shards"))
-    assert _ids(three, questions) == _ids(one, questions) == _ids(load_retriever(built["flat"]), questions)
+    assert (_ids(three, questions) == _ids(one, questions)
+            == _ids(load_retriever(built["flat"]), questions))
     assert _ids(load_retriever(built["ivf-shards"], search="nprobe=4"), questions) == _ids(
         load_retriever(built["ivf"], nprobe=4), questions)  # same trained cells, so the same probes
 
@@ -128,7 +136,8 @@ def test_truncated_files_are_errors_naming_them(built, tmp_path):
     shutil.copytree(built["ivf-shards"], bad)
     shard = bad / "index.001.faiss"
     shard.write_bytes(shard.read_bytes()[:-100])  # a half-written copy
-    with pytest.raises(RetrieverError, match=r"index\.001\.faiss has .* bytes but was written with .*truncated"):
+    with pytest.raises(RetrieverError,
+                       match=r"index\.001\.faiss has .* bytes but was written with .*truncated"):
         load_retriever(bad)
     shutil.rmtree(bad)
     shutil.copytree(built["ivfpq"], bad)
@@ -138,7 +147,8 @@ def test_truncated_files_are_errors_naming_them(built, tmp_path):
         load_retriever(bad)
     shutil.rmtree(bad)
     shutil.copytree(built["ivfpq"], bad)
-    (bad / "index.faiss").write_bytes(b"\0" * (bad / "index.faiss").stat().st_size)  # right size, garbage
+    # right size, garbage
+    (bad / "index.faiss").write_bytes(b"\0" * (bad / "index.faiss").stat().st_size)
     with pytest.raises(RetrieverError, match=r"cannot read .*index\.faiss"):
         load_retriever(bad)
     shutil.rmtree(bad)
@@ -182,10 +192,13 @@ def test_precomputed_vectors_file(built, world_path, tmp_path):
     flat = load_retriever(built["flat"])
     vecs = flat.index.reconstruct_n(0, flat.index.ntotal)
     np.save(tmp_path / "v.npy", vecs)
-    idx = build_index(world_path / "corpus.jsonl", "dense-hnsw", tmp_path / "h", encoder=built["encoder"],
-                      max_length=32, vectors_from=tmp_path / "v.npy", progress=False)
-    assert load_retriever(idx).search(["who founded"], 3)[0][0].doc_id == flat.search(["who founded"], 3)[0][0].doc_id
+    idx = build_index(world_path / "corpus.jsonl", "dense-hnsw", tmp_path / "h",
+                      encoder=built["encoder"], max_length=32, vectors_from=tmp_path / "v.npy",
+                      progress=False)
+    assert (load_retriever(idx).search(["who founded"], 3)[0][0].doc_id
+            == flat.search(["who founded"], 3)[0][0].doc_id)
     np.save(tmp_path / "w.npy", vecs[:, :16].copy())
     with pytest.raises(RetrieverError, match=r"shape \(2111, 16\).*needs float32 \(2111, 32\)"):
-        build_index(world_path / "corpus.jsonl", "dense-hnsw", tmp_path / "h2", encoder=built["encoder"],
-                    max_length=32, vectors_from=tmp_path / "w.npy", progress=False)
+        build_index(world_path / "corpus.jsonl", "dense-hnsw", tmp_path / "h2",
+                    encoder=built["encoder"], max_length=32, vectors_from=tmp_path / "w.npy",
+                    progress=False)

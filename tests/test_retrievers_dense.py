@@ -13,7 +13,8 @@ from agentsearch.retrievers import RetrieverError, build_index, load_retriever, 
 
 
 def save_tiny_encoder(d, max_positions: int = 128) -> str:
-    """A random 32-d BERT with MiniLM's tokenizer, saved to folder ``d``: encodes in milliseconds."""
+    """A random 32-d BERT with MiniLM's tokenizer, saved to folder ``d``: encodes
+    in milliseconds."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
@@ -35,10 +36,12 @@ def tiny_encoder(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tiny_indexes(tiny_encoder, small_world_path, tmp_path_factory):
     root, corpus = tmp_path_factory.mktemp("dense"), small_world_path / "corpus.jsonl"
-    flat = build_index(corpus, "dense-flat", root / "flat", encoder=tiny_encoder, max_length=64, progress=False)
+    flat = build_index(corpus, "dense-flat", root / "flat", encoder=tiny_encoder, max_length=64,
+                       progress=False)
     return {"dense-flat": flat,
             # HNSW from the flat index's stored vectors (no re-encoding); IVF encodes afresh.
-            "dense-hnsw": build_index(corpus, "dense-hnsw", root / "hnsw", vectors_from=flat, progress=False),
+            "dense-hnsw": build_index(corpus, "dense-hnsw", root / "hnsw", vectors_from=flat,
+                                      progress=False),
             "dense-ivf": build_index(corpus, "dense-ivf", root / "ivf", encoder=tiny_encoder,
                                      max_length=64, progress=False)}
 
@@ -102,7 +105,8 @@ def test_index_encoder_mismatch_is_a_clear_error(tiny_indexes, tmp_path):
     broken = tmp_path / "broken"
     shutil.copytree(tiny_indexes["dense-flat"], broken)
     m = json.loads((broken / "manifest.json").read_text())
-    (broken / "manifest.json").write_text(json.dumps({**m, "encoder": "sentence-transformers/all-MiniLM-L6-v2"}))
+    (broken / "manifest.json").write_text(
+        json.dumps({**m, "encoder": "sentence-transformers/all-MiniLM-L6-v2"}))
     with pytest.raises(RetrieverError, match="384-d vectors .* 32-d"):
         load_retriever(broken)  # encoder files no longer match the stored vectors
     (broken / "manifest.json").write_text(json.dumps({**m, "dim": 384}))

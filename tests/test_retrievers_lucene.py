@@ -46,28 +46,34 @@ def test_the_main_thread_keeps_its_whole_stack_after_the_jvm_starts():
     that died with a bare SIGSEGV (it killed `make test` at random places). In a child
     process, since a crash would take this one with it."""
     pytest.importorskip("pyserini")
-    code = ("import sys\nfrom agentsearch.retrievers._java import import_pyserini\nimport_pyserini()\n"
-            "from jnius import autoclass\nautoclass('java.lang.System').getProperty('java.version')\n"
+    code = ("import sys\n"
+            "from agentsearch.retrievers._java import import_pyserini\nimport_pyserini()\n"
+            "from jnius import autoclass\n"
+            "autoclass('java.lang.System').getProperty('java.version')\n"
             "sys.setrecursionlimit(10**6)\nx = []\nfor _ in range(20_000):\n    x = [x]\n"
             "print(len(repr(x)))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and out.stdout.strip() == "40002", (out.returncode, out.stderr[-2000:])
+    assert out.returncode == 0 and out.stdout.strip() == "40002", (
+        out.returncode, out.stderr[-2000:])
 
 
 def test_lucene_recall_single_hop(lucene, questions):
     single = [q for q in questions if q["type"] == "single"]
     hits = lucene.search([q["question"] for q in single], 3)
-    recall = sum(any(h.doc_id in q["gold_doc_ids"] for h in hs) for q, hs in zip(single, hits)) / len(single)
+    recall = sum(any(h.doc_id in q["gold_doc_ids"] for h in hs)
+                 for q, hs in zip(single, hits)) / len(single)
     assert recall >= 0.9
 
 
 def test_batch_search_equals_one_at_a_time(lucene, questions):
     qs = [q["question"] for q in questions[:40]]
-    assert lucene.search_batch(qs, 5) == [lucene.search_one(q, 5) for q in qs] == lucene.search(qs, 5)
+    assert (lucene.search_batch(qs, 5) == [lucene.search_one(q, 5) for q in qs]
+            == lucene.search(qs, 5))
 
 
 def test_lucene_edge_queries(lucene):
-    out = lucene.search(["", "   ", "zzqqxxyy", " ".join(f"w{i}" for i in range(5000)), "Stethith"], 10**6)
+    out = lucene.search(["", "   ", "zzqqxxyy", " ".join(f"w{i}" for i in range(5000)), "Stethith"],
+                        10**6)
     assert out[:4] == [[], [], [], []]  # 5,000 distinct terms: cut to 512 words, no Lucene error
     assert 1 <= len(out[4]) <= lucene.num_docs
 
@@ -86,7 +92,8 @@ def test_hybrid_of_lucene_and_bm25s(lucene, questions):
     assert isinstance(hybrid, HybridRetriever) and hybrid.kind == "hybrid(bm25,bm25s)"
     single = [q for q in questions if q["type"] == "single"]
     hits = hybrid.search([q["question"] for q in single], 3)
-    assert sum(any(h.doc_id in q["gold_doc_ids"] for h in hs) for q, hs in zip(single, hits)) / len(single) >= 0.9
+    assert sum(any(h.doc_id in q["gold_doc_ids"] for h in hs)
+               for q, hs in zip(single, hits)) / len(single) >= 0.9
 
 
 def test_hybrid_refuses_different_corpora(small_world_path):

@@ -37,20 +37,25 @@ def test_scripted_oracle_rollout_on_the_world(fmt, tok):
     episodes, stats = rollout(lambda: SearchEnv(split="dev", turn_format=fmt), tasks,
                               ScriptedBackend(tok, policy), SamplingParams(max_new_tokens=256),
                               n_per_task=2, seed=0)
-    assert len(episodes) == 24 and [e.task_id for e in episodes[:4]] == [tasks[0]["id"]] * 2 + [tasks[1]["id"]] * 2
+    assert (len(episodes) == 24
+            and [e.task_id for e in episodes[:4]] == [tasks[0]["id"]] * 2 + [tasks[1]["id"]] * 2)
     for ep, task in zip(episodes, [t for t in tasks for _ in range(2)]):
         assert ep.terminated and not ep.truncated and ep.answer_correct, ep.info
-        assert ep.reward == 1.0 and ep.reward_components == {"reward/answer": 1.0, "reward/format": 0.0}
+        assert (ep.reward == 1.0 and ep.reward_components == {"reward/answer": 1.0,
+                                                              "reward/format": 0.0})
         assert ep.num_turns == len(task["gold_doc_ids"]) + 1
-        assert ep.info["tool_calls"] == len(task["gold_doc_ids"]) and ep.info["answer"] == task["golden_answers"][0]
+        assert (ep.info["tool_calls"] == len(task["gold_doc_ids"])
+                and ep.info["answer"] == task["golden_answers"][0])
         runs = _runs(ep)
         assert runs[0][0] == 0 and len(runs[0][1]) == ep.prompt_len
         assert [m for m, _ in runs] == [0] + [1, 0] * (ep.num_turns - 1) + [1]
         obs = [tok.decode(ids) for m, ids in runs[1:] if m == 0]
-        head = "\n\n<information>Doc 1(Title: " if fmt == "tags" else "\n<|im_start|>user\n<tool_response>\nDoc 1"
+        head = ("\n\n<information>Doc 1(Title: " if fmt == "tags"
+                else "\n<|im_start|>user\n<tool_response>\nDoc 1")
         assert all(o.startswith(head) for o in obs)
     m = stats.metrics()
-    assert m["rollout/answer_correct"] == 1.0 and m["reward/answer"] == 1.0 and m["rollout/tool_error_rate"] == 0.0
+    assert (m["rollout/answer_correct"] == 1.0 and m["reward/answer"] == 1.0
+            and m["rollout/tool_error_rate"] == 0.0)
     assert m["rollout/generate_calls"] == 3 and m["time/generate"] > 0 and m["time/env"] > 0
     assert m["rollout/tokens_generated"] == sum(sum(e.action_mask) for e in episodes)
 
@@ -96,8 +101,10 @@ def test_max_seq_len_and_max_turns_truncate(tok):
     eps, _ = rollout(env, [task], ScriptedBackend(tok, policy), SamplingParams(), max_seq_len=300)
     ep = eps[0]
     assert ep.truncated and ep.info["truncated_by"] == "max_seq_len"
-    assert len(ep.token_ids) <= 300 and len(ep.token_ids) == len(ep.action_mask) == len(ep.gen_logprobs)
-    eps, _ = rollout(env, [task], ScriptedBackend(tok, policy), SamplingParams(max_new_tokens=5), max_turns=1)
+    assert (len(ep.token_ids) <= 300
+            and len(ep.token_ids) == len(ep.action_mask) == len(ep.gen_logprobs))
+    eps, _ = rollout(env, [task], ScriptedBackend(tok, policy), SamplingParams(max_new_tokens=5),
+                     max_turns=1)
     assert eps[0].info["turns"][0]["finish_reason"] == "length" and sum(eps[0].action_mask) == 5
 
 
@@ -127,7 +134,8 @@ def test_json_format_rollout_masks(tok):
     turns = ['<tool_call>{"name": "calculator", "arguments": {"expression": "6*7"}}</tool_call>',
              "<answer>42</answer><|im_end|>"]
     backend = ScriptedBackend(tok, lambda conv: turns[conv.count("<tool_response>")])
-    eps, _ = rollout(lambda: MathEnv(turn_format="json", tools=("calculator",)), [task], backend, SamplingParams())
+    eps, _ = rollout(lambda: MathEnv(turn_format="json", tools=("calculator",)), [task], backend,
+                     SamplingParams())
     ep = eps[0]
     assert ep.answer_correct and ep.info["turns"][0]["finish_reason"] == "length"
     obs = [tok.decode(ids) for m, ids in _runs(ep)[1:] if m == 0]
@@ -144,7 +152,8 @@ class _SyncStepEnv(CountingEnv):
         return run_sync(CountingEnv.astep(self, action))
 
 
-@pytest.mark.parametrize("env_cls,named", [(CountingEnv, False), (CountingEnv, True), (_SyncStepEnv, False)])
+@pytest.mark.parametrize("env_cls,named", [(CountingEnv, False), (CountingEnv, True),
+                                           (_SyncStepEnv, False)])
 def test_user_env_rewards_from_step_count(tok, env_cls, named):
     task = {"id": "c", "question": "count", "golden_answers": ["3"]}
     eps, stats = rollout(lambda: env_cls(named=named), [task], ScriptedBackend(tok, lambda c: "go"),
@@ -169,7 +178,8 @@ def test_reward_components_must_sum_to_the_step_reward(tok):
 
     task = {"id": "c", "question": "count", "golden_answers": ["3"]}
     with pytest.raises(ValueError, match="reward components .* sum to"):
-        rollout(lambda: Inconsistent(), [task], ScriptedBackend(tok, lambda c: "go"), SamplingParams())
+        rollout(lambda: Inconsistent(), [task], ScriptedBackend(tok, lambda c: "go"),
+                SamplingParams())
 
 
 def test_prompt_longer_than_max_seq_len_is_an_error_not_a_cut(tok):
@@ -177,7 +187,8 @@ def test_prompt_longer_than_max_seq_len_is_an_error_not_a_cut(tok):
     short_task = {"id": "short", "question": "count", "golden_answers": ["3"]}
     backend = ScriptedBackend(tok, lambda c: "go")
     with pytest.raises(ValueError, match=r"task 'long-one' has \d+ tokens.*max_seq_len=64"):
-        rollout(lambda: CountingEnv(), [short_task, long_task], backend, SamplingParams(), max_seq_len=64)
+        rollout(lambda: CountingEnv(), [short_task, long_task], backend, SamplingParams(),
+                max_seq_len=64)
     eps, _ = rollout(lambda: CountingEnv(), [short_task], backend, SamplingParams(), max_seq_len=64)
     assert eps[0].terminated and len(eps[0].token_ids) <= 64
 

@@ -58,7 +58,8 @@ class _Minimal:
         self.turn += 1
         done = "</answer>" in action or self.turn >= 2
         return "" if done else " again:", float(done), done and "</answer>" in action, \
-            done and "</answer>" not in action, {"answer_correct": (self.turn == 1) if done else None}
+            done and "</answer>" not in action, \
+            {"answer_correct": (self.turn == 1) if done else None}
 
     async def aclose(self):
         pass
@@ -192,7 +193,8 @@ def test_raise_errors_lists_every_problem():
         def _info(self, done):
             return {**super()._info(done), "reward/progress": 9.0}
 
-    with pytest.raises(RolloutContractError, match=r"(?s)breaks the rollout contract.*tuple.*sum to"):
+    with pytest.raises(RolloutContractError,
+                       match=r"(?s)breaks the rollout contract.*tuple.*sum to"):
         check_rollout_contract(Env(), raise_errors=True)
 
 

@@ -52,7 +52,8 @@ def test_hf_logprobs_match_teacher_forcing(tiny):
                    SamplingParams(max_new_tokens=12, temperature=0.0)]:
         gens = backend.generate(prompts, params)
         for p, g in zip(prompts, gens):
-            assert len(g.token_ids) == len(g.logprobs) > 0 and g.finish_reason in ("eos", "length", "stop")
+            assert (len(g.token_ids) == len(g.logprobs) > 0
+                    and g.finish_reason in ("eos", "length", "stop"))
             ref = teacher_forced(model, p + g.token_ids, params.temperature or 1.0)[len(p) - 1:]
             assert torch.allclose(torch.tensor(g.logprobs), ref, atol=1e-4), (g.logprobs, ref)
             assert tok.pad_token_id not in g.token_ids or tok.pad_token_id == tok.eos_token_id
@@ -61,22 +62,27 @@ def test_hf_logprobs_match_teacher_forcing(tiny):
 def test_hf_stop_strings_cut_each_sequence(tiny):
     model, tok = tiny
     backend = HFBackend(model, tok)
-    prompts = [tok("alpha", add_special_tokens=False)["input_ids"], tok("beta", add_special_tokens=False)["input_ids"]]
+    prompts = [tok("alpha", add_special_tokens=False)["input_ids"],
+               tok("beta", add_special_tokens=False)["input_ids"]]
     free = backend.generate(prompts, SamplingParams(max_new_tokens=20, temperature=0.0))
     text = tok.decode(free[0].token_ids[4:7])  # a stop string from inside the first greedy output
     stop = text.strip() or text
-    stopped = backend.generate(prompts, SamplingParams(max_new_tokens=20, temperature=0.0, stop=(stop,)))
+    stopped = backend.generate(prompts, SamplingParams(max_new_tokens=20, temperature=0.0,
+                                                       stop=(stop,)))
     g = stopped[0]
     assert g.finish_reason == "stop" and stop in tok.decode(g.token_ids)
     assert stop not in tok.decode(g.token_ids[:-1])  # ends with the token that completes it
-    assert g.token_ids == free[0].token_ids[:len(g.token_ids)] and g.logprobs == pytest.approx(free[0].logprobs[:len(g.token_ids)], abs=1e-5)
+    assert (g.token_ids == free[0].token_ids[:len(g.token_ids)]
+            and g.logprobs == pytest.approx(free[0].logprobs[:len(g.token_ids)], abs=1e-5))
     if stop not in tok.decode(free[1].token_ids):
-        assert stopped[1].token_ids == free[1].token_ids and stopped[1].finish_reason == free[1].finish_reason
+        assert (stopped[1].token_ids == free[1].token_ids
+                and stopped[1].finish_reason == free[1].finish_reason)
     # a stop string that starts in the prompt does not count (transformers' own would stop here)
     gen_text = tok.decode(free[0].token_ids)
     cross = "alpha"[-3:] + gen_text[:2]
     assert cross not in gen_text
-    crossed = backend.generate(prompts[:1], SamplingParams(max_new_tokens=20, temperature=0.0, stop=(cross,)))
+    crossed = backend.generate(prompts[:1],
+                               SamplingParams(max_new_tokens=20, temperature=0.0, stop=(cross,)))
     assert crossed[0].token_ids == free[0].token_ids and crossed[0].finish_reason == "length"
 
 
@@ -85,7 +91,8 @@ def test_hf_cut_after_eos(tiny):
     backend = HFBackend(model, tok)
     ids = tok("ab", add_special_tokens=False)["input_ids"] + [tok.eos_token_id, 7, 8]
     g = backend._cut(ids, [-1.0] * len(ids), SamplingParams())
-    assert g.finish_reason == "eos" and g.token_ids == ids[:-2] and len(g.logprobs) == len(g.token_ids)
+    assert (g.finish_reason == "eos" and g.token_ids == ids[:-2]
+            and len(g.logprobs) == len(g.token_ids))
     text_ids = tok("x </search> y", add_special_tokens=False)["input_ids"]
     g = backend._cut(text_ids, [0.0] * len(text_ids), SamplingParams(stop=("</search>",)))
     assert g.finish_reason == "stop" and tok.decode(g.token_ids).rstrip().endswith("</search>")
@@ -119,7 +126,8 @@ def test_tiny_model_rollout_is_token_exact(tiny, small_world_path):
     params = SamplingParams(max_new_tokens=40, temperature=1.0, seed=0)
     episodes, stats = rollout(envs, tasks, backend, params, n_per_task=2, max_seq_len=900)
     # one generate call per turn, carrying every active episode
-    assert [n for n, _ in backend.calls][0] == 12 and len(backend.calls) == max(e.num_turns for e in episodes)
+    assert ([n for n, _ in backend.calls][0] == 12
+            and len(backend.calls) == max(e.num_turns for e in episodes))
     sampled = [[] for _ in episodes]  # per episode: the Generations it got, in order
     active = list(range(12))
     for n, gens in backend.calls:
@@ -142,7 +150,8 @@ def test_tiny_model_rollout_is_token_exact(tiny, small_world_path):
             assert ids == g.token_ids[:n] and lps == pytest.approx(g.logprobs[:n])
         envr = [tok.decode(ids, skip_special_tokens=False) for m, ids, _ in runs if m == 0]
         assert envr == [t for t in env_texts[env.key] if t][:len(envr)]
-        assert envr[0] == env_texts[env.key][0] and all(lp == 0.0 for m, _, lps in runs if m == 0 for lp in lps)
+        assert (envr[0] == env_texts[env.key][0]
+                and all(lp == 0.0 for m, _, lps in runs if m == 0 for lp in lps))
         ref = teacher_forced(model, ep.token_ids)
         mask = torch.tensor(ep.action_mask[1:], dtype=torch.bool)
         assert torch.allclose(torch.tensor(ep.gen_logprobs[1:])[mask], ref[mask], atol=1e-4)

@@ -37,12 +37,13 @@ def test_streaming_plays_the_lockstep_episodes(tok):
     with closing(MicroBatcher(ScriptedBackend(tok, policy))) as engine:
         b, sb = stream_rollout(factory, tasks[:12], engine, params, n_per_task=2, seed=0)
     for x, y in zip(a, b, strict=True):
-        assert (x.task_id, x.token_ids, x.action_mask, x.gen_logprobs) == (y.task_id, y.token_ids, y.action_mask,
-                                                                          y.gen_logprobs)
+        assert (x.task_id, x.token_ids, x.action_mask, x.gen_logprobs) == (
+            y.task_id, y.token_ids, y.action_mask, y.gen_logprobs)
         assert (x.reward, x.reward_components, x.answer_correct, x.num_turns) == \
             (y.reward, y.reward_components, y.answer_correct, y.num_turns)
         assert [t["version"] for t in y.info["turns"]] == [0] * y.num_turns
-    assert sb.generate_calls == sa.generate_calls == 3 and sb.generate_requests == sa.generate_requests
+    assert (sb.generate_calls == sa.generate_calls == 3
+            and sb.generate_requests == sa.generate_requests)
     assert sb.metrics()["rollout/answer_correct"] == 1.0 and sb.time_generate > 0
 
 
@@ -119,7 +120,8 @@ def test_a_tool_that_hangs_past_its_timeout_is_an_error_observation(tok):
     tasks = [{"id": f"t{i}", "question": f"q{i}", "golden_answers": ["2"]} for i in range(4)]
     t0 = time.perf_counter()
     with closing(MicroBatcher(backend)) as engine:
-        eps, stats = stream_rollout(lambda: MathEnv(tools=(_Hang(),)), tasks, engine, SamplingParams())
+        eps, stats = stream_rollout(lambda: MathEnv(tools=(_Hang(),)), tasks, engine,
+                                    SamplingParams())
     assert time.perf_counter() - t0 < 5
     for ep in eps:  # the episode went on after the timeout and answered
         assert ep.num_turns == 3 and ep.answer_correct and ep.info["tool_errors"] == 1
@@ -167,12 +169,14 @@ def test_hf_streaming_is_token_exact_with_budgets_cut_per_episode(small_world_pa
         model, tok = load_model("tiny-s", seed=0)
         model = model.float().eval()
         tasks = list(read_jsonl(small_world_path / "dev.jsonl"))[:6]
-        envs = [SearchEnv(split="dev", world_seed=7, world_entities=300, max_turns=3) for _ in range(12)]
+        envs = [SearchEnv(split="dev", world_seed=7, world_entities=300, max_turns=3)
+                for _ in range(12)]
         engine = MicroBatcher(HFBackend(model, tok), max_wait_s=0.0)
         params = SamplingParams(max_new_tokens=40, temperature=1.0, seed=0)
         with closing(engine):
             eps, stats = stream_rollout(envs, tasks, engine, params, n_per_task=2, max_seq_len=560)
-        assert stats.generate_calls >= 2 and any(e.info["truncated_by"] == "max_seq_len" for e in eps)
+        assert (stats.generate_calls >= 2
+                and any(e.info["truncated_by"] == "max_seq_len" for e in eps))
         for ep in eps:
             assert len(ep.token_ids) == len(ep.action_mask) == len(ep.gen_logprobs) <= 560
             assert ep.action_mask[: ep.prompt_len] == [0] * ep.prompt_len
@@ -216,7 +220,8 @@ def slow_search_envs(n: int, latency: float = 0.05) -> list:
     envs = []
     for i in range(n):
         env = SearchEnv(split="dev", world_seed=7, world_entities=300, max_turns=3)
-        env.tools["search"] = LatencyTool(env.tools["search"], ToolLatency("fixed", latency), seed=i)
+        env.tools["search"] = LatencyTool(env.tools["search"], ToolLatency("fixed", latency),
+                                          seed=i)
         envs.append(env)
     return envs
 
@@ -238,7 +243,8 @@ def check_turn_versions(episodes, snapshots, scorer, tol: float = 1e-4) -> set[i
             seen.add(version)
             scorer.load_state_dict(snapshots[version])
             ref = teacher_forced(scorer, ep.token_ids[:end])[start - 1:end - 1]
-            assert torch.allclose(torch.tensor(ep.gen_logprobs[start:end]), ref, atol=tol), (version, k)
+            assert torch.allclose(torch.tensor(ep.gen_logprobs[start:end]), ref,
+                                  atol=tol), (version, k)
             start, k = end, k + 1
         assert k == ep.num_turns
     return seen

@@ -89,14 +89,16 @@ def test_infinite_loop_is_killed_within_its_time_limit():
     t0 = time.perf_counter()
     out = run(tokened("print('looping', flush=True)\nwhile True: pass", token), time_limit_s=1.0)
     assert time.perf_counter() - t0 < 3.0
-    assert out.startswith("looping") and "timed out after 1 s and was killed" in out and "unshare" not in out
+    assert (out.startswith("looping") and "timed out after 1 s and was killed" in out
+            and "unshare" not in out)
     assert alive(token) == []
 
 
 def test_10gb_allocation_fails_within_its_memory_limit():
     token = uuid.uuid4().hex
     t0 = time.perf_counter()
-    out = run(tokened("x = bytearray(10 * 1024**3)\nprint('allocated')", token), memory_mb=512, time_limit_s=10.0)
+    out = run(tokened("x = bytearray(10 * 1024**3)\nprint('allocated')", token), memory_mb=512,
+              time_limit_s=10.0)
     assert time.perf_counter() - t0 < 3.0
     assert "MemoryError" in out and "allocated" not in out and alive(token) == []
 
@@ -153,7 +155,8 @@ attempt('hardlink-in', lambda: (os.link(victim, 'h'), open('h', 'a').write('x'))
 
 @pytest.mark.parametrize("where", ["/tmp", "/dev/shm", "project", "home"])
 def test_writes_outside_its_temp_dir_are_refused(where, tmp_path):
-    assert isolation().filesystem != "none", "no filesystem isolation here: not letting a program try"
+    assert isolation().filesystem != "none", (
+        "no filesystem isolation here: not letting a program try")
     base = {"project": str(PROJECT), "home": os.path.expanduser("~")}.get(where, where)
     target = os.path.join(base, f"agentsearch-escape-{uuid.uuid4().hex}")
     victim = tmp_path / "victim.txt"  # a file outside that it links in, then appends to
@@ -181,16 +184,19 @@ except OSError as e:
 
 
 def test_it_cannot_read_the_parents_environment_or_signal_it():
-    code = (f"import os, signal\ntry:\n    open('/proc/{os.getpid()}/environ').read(); print('READ')\n"
+    code = (f"import os, signal\n"
+            f"try:\n    open('/proc/{os.getpid()}/environ').read(); print('READ')\n"
             f"except OSError as e: print('environ', e.strerror)\n"
-            f"try:\n    os.kill({os.getpid()}, 0); print('SIGNALLED')\nexcept OSError as e: print('kill', e.strerror)")
+            f"try:\n    os.kill({os.getpid()}, 0); print('SIGNALLED')\n"
+            f"except OSError as e: print('kill', e.strerror)")
     out = run(code)
     assert "READ" not in out and "SIGNALLED" not in out and "environ Permission denied" in out, out
 
 
 def test_it_has_no_network():
     assert network_isolation() != "none", ("the python sandbox has no network isolation here "
-                                           "(`unshare -rn` / `unshare -n` fail); its programs can open sockets")
+                                           "(`unshare -rn` / `unshare -n` fail); its programs can "
+                                           "open sockets")
     with socket.socket() as server:  # a port the parent can reach: the child must not
         server.bind(("127.0.0.1", 0))
         server.listen(1)
@@ -198,11 +204,14 @@ def test_it_has_no_network():
         with socket.create_connection(("127.0.0.1", port), timeout=1):
             pass  # reachable from here
         code = (f"import socket\nfor kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):\n    try:\n"
-                f"        s = socket.socket(socket.AF_INET, kind); s.settimeout(1); s.connect(('127.0.0.1', {port}))\n"
-                f"        s.send(b'x'); print('connected')\n    except OSError as e:\n        print('blocked', e.errno)\n"
+                "        s = socket.socket(socket.AF_INET, kind); s.settimeout(1); "
+                f"s.connect(('127.0.0.1', {port}))\n"
+                "        s.send(b'x'); print('connected')\n"
+                "    except OSError as e:\n        print('blocked', e.errno)\n"
                 "print(sorted(n for _, n in socket.if_nameindex()))")
         out = run(code)
-    assert out.splitlines() == ["blocked 13", "blocked 101", "['lo']"], out  # Landlock, then the netns
+    # Landlock, then the netns
+    assert out.splitlines() == ["blocked 13", "blocked 101", "['lo']"], out
 
 
 @pytest.mark.parametrize("ending", ["exits", "times out", "exits, pid namespace alone"])
@@ -213,7 +222,8 @@ def test_no_grandchild_outlives_it(ending, monkeypatch):
     body = ("import subprocess, time\n"
             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', sys.argv[-1]],"
             " start_new_session=True)\n"
-            "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n    os._exit(0)\n"
+            "if os.fork() == 0:\n    os.setsid()\n"
+            "    if os.fork() == 0:\n        time.sleep(60)\n    os._exit(0)\n"
             "time.sleep(0.3)\nprint('started', flush=True)\n")
     body += "while True: time.sleep(1)\n" if ending == "times out" else ""
     t0 = time.perf_counter()
@@ -225,7 +235,8 @@ def test_no_grandchild_outlives_it(ending, monkeypatch):
 def test_a_fork_bomb_is_bounded_and_leaves_nothing():
     assert isolation().process_limit != "none", "no process limit here: not running a fork bomb"
     token = uuid.uuid4().hex
-    body = ("import time\nwhile True:\n    try:\n        if os.fork() == 0:\n            print('forked', flush=True)\n"
+    body = ("import time\nwhile True:\n    try:\n"
+            "        if os.fork() == 0:\n            print('forked', flush=True)\n"
             "    except OSError:\n        time.sleep(0.01)\n")
     t0 = time.perf_counter()
     out = run(tokened(body, token), time_limit_s=2.0, max_processes=16)
@@ -236,8 +247,9 @@ def test_a_fork_bomb_is_bounded_and_leaves_nothing():
     assert alive(token) == []
 
 
-@pytest.mark.parametrize("how", ["no unshare binary", "unshare fails", "no mount namespace for the tmpfs",
-                                 "no pid namespace for pid_max", "no cgroup"])
+@pytest.mark.parametrize("how", ["no unshare binary", "unshare fails",
+                                 "no mount namespace for the tmpfs", "no pid namespace for pid_max",
+                                 "no cgroup"])
 def test_a_sandbox_that_cannot_start_is_an_infra_error(monkeypatch, how):
     changes = {"no unshare binary": {"prefix": ("/nonexistent/unshare", "-n")},
                "unshare fails": {"prefix": (shutil.which("false"),)},
@@ -250,15 +262,18 @@ def test_a_sandbox_that_cannot_start_is_an_infra_error(monkeypatch, how):
     assert "ran" not in str(e.value)
 
 
-@pytest.mark.parametrize("code", ["import os; os._exit(70)", "raise SystemExit(1)", "import os; os.kill(os.getpid(), 9)"])
+@pytest.mark.parametrize("code", ["import os; os._exit(70)", "raise SystemExit(1)",
+                                  "import os; os.kill(os.getpid(), 9)"])
 def test_a_program_that_fails_at_once_is_the_policys(code):
     assert "ran" not in run(code)  # an observation, no InfraError
 
 
 def test_an_env_waits_on_a_sandbox_that_cannot_start(monkeypatch):
     broken(monkeypatch, prefix=("/nonexistent/unshare",))
-    monkeypatch.setattr(reliability, "outages", OutageTracker(budget_s=0.3, backoff_s=0.05, backoff_max_s=0.1))
-    env = MathEnv(tools=("python",), tasks=[{"id": "t", "question": "6*7?", "golden_answers": ["42"]}])
+    monkeypatch.setattr(reliability, "outages",
+                        OutageTracker(budget_s=0.3, backoff_s=0.05, backoff_max_s=0.1))
+    env = MathEnv(tools=("python",),
+                  tasks=[{"id": "t", "question": "6*7?", "golden_answers": ["42"]}])
     env.reset(seed=0)
     t0 = time.perf_counter()
     with pytest.raises(OutageError, match="tool 'python'"):
@@ -274,7 +289,8 @@ def test_layers_are_logged_once_with_a_warning_per_missing_one(monkeypatch, capl
             isolation()
             isolation()
         assert [r.levelname for r in caplog.records] == ["INFO"]  # everything in force: one line
-        assert all(k in caplog.records[0].getMessage() for k in ("network", "filesystem", "pid namespace"))
+        assert all(k in caplog.records[0].getMessage()
+                   for k in ("network", "filesystem", "pid namespace"))
         caplog.clear()
         monkeypatch.setattr(shutil, "which", lambda name: None)  # no unshare binary
         monkeypatch.setattr(sandbox_init, "landlock_abi", lambda: 0)  # no Landlock
@@ -287,6 +303,7 @@ def test_layers_are_logged_once_with_a_warning_per_missing_one(monkeypatch, capl
         assert set(iso.missing()) == {"network", "filesystem", "processes", "disk"}
         warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
         assert len(warnings) == 4 and "NO network isolation" in warnings[0]
-        assert all(f"NO {MISSING[name][0]} " in w for name, w in zip(iso.missing(), warnings, strict=True))
+        assert all(f"NO {MISSING[name][0]} " in w
+                   for name, w in zip(iso.missing(), warnings, strict=True))
     finally:
         isolation.cache_clear()  # the next caller probes the real system again

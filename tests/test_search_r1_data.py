@@ -39,14 +39,16 @@ def _rows(world_path, n_single: int, n_bridge: int, split: str) -> list[dict]:
                     "data_source": source,
                     "prompt": [{"role": "user", "content": SEARCH_R1_PROMPT.format(question=q)}],
                     "ability": "fact-reasoning",
-                    "reward_model": {"style": "rule", "ground_truth": {"target": r["golden_answers"]}},
+                    "reward_model": {"style": "rule",
+                                     "ground_truth": {"target": r["golden_answers"]}},
                     "extra_info": {"split": split, "index": idx}})
     return out
 
 
 def _parquet(path, rows, with_question: bool):
     if not with_question:  # a verl file without the FlashRAG columns
-        rows = [{k: v for k, v in r.items() if k not in ("id", "question", "golden_answers")} for r in rows]
+        rows = [{k: v for k, v in r.items() if k not in ("id", "question", "golden_answers")}
+                for r in rows]
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path
 
@@ -58,9 +60,11 @@ def test_the_prompt_is_the_files_or_ours_never_doubled(tmp_path, world_path, wit
     q = rows[0]["question"]
     own = SearchEnv(questions=str(path), prompt_source="parquet", chat_template="none")
     assert own.reset(options={"task": own.tasks[0]})[0] == rows[0]["prompt"][0]["content"]
-    ours = SearchEnv(questions=str(path), chat_template="none", system_prompt="Search, then answer. ")
+    ours = SearchEnv(questions=str(path), chat_template="none",
+                     system_prompt="Search, then answer. ")
     assert ours.reset(options={"task": ours.tasks[0]})[0] == f"Search, then answer. Question: {q}\n"
-    assert ours.tasks[0]["question"] == q and ours.tasks[0]["golden_answers"] == rows[0]["golden_answers"]
+    assert (ours.tasks[0]["question"] == q
+            and ours.tasks[0]["golden_answers"] == rows[0]["golden_answers"])
     with pytest.raises(ConfigError, match="have no 'prompt'.*prompt_source=builtin"):
         _ = SearchEnv(prompt_source="parquet").tasks  # the synthetic world has no prompts
 
@@ -73,7 +77,8 @@ def test_a_type_filter_on_external_data(tmp_path, world_path, caplog):
     assert "question_types=['bridge', 'single'] is not applied" in caplog.text
     from agentsearch.data import write_jsonl
 
-    write_jsonl([{"question": "q", "golden_answers": ["a"], "type": "multi-hop"}], tmp_path / "typed.jsonl")
+    write_jsonl([{"question": "q", "golden_answers": ["a"], "type": "multi-hop"}],
+                tmp_path / "typed.jsonl")
     with pytest.raises(ConfigError) as e:
         _ = SearchEnv(questions=str(tmp_path / "typed.jsonl"), question_types=("single",)).tasks
     msg = str(e.value)
@@ -94,8 +99,10 @@ def test_eval_samples_per_source_hand_worked():
     equal = sample_per_source(tasks, 12)
     assert counts(equal) == {"nq": 5, "hotpotqa": 5, "bamboogle": 2}
     assert equal == sorted(equal, key=tasks.index) and equal == sample_per_source(tasks, 12)
-    # proportional: 10 x (10, 6, 2) / 18 = 5.56, 3.33, 1.11 -> 5, 3, 1 and the largest remainder (nq)
-    assert counts(sample_per_source(tasks, 10, "proportional")) == {"nq": 6, "hotpotqa": 3, "bamboogle": 1}
+    # proportional: 10 x (10, 6, 2) / 18 = 5.56, 3.33, 1.11 -> 5, 3, 1 and the largest
+    # remainder (nq)
+    assert counts(sample_per_source(tasks, 10, "proportional")) == {"nq": 6, "hotpotqa": 3,
+                                                                    "bamboogle": 1}
     assert counts(sample_per_source(tasks, 4, "first")) == {"nq": 4, "hotpotqa": 0, "bamboogle": 0}
     assert sample_per_source(tasks, 0) == tasks and sample_per_source(tasks, 99) == tasks
     world = [{"id": i, "type": "single"} for i in range(5)]  # no data_source: the first N
@@ -119,8 +126,9 @@ def test_build_envs_refuses_silent_fallbacks(tmp_path, world_path):
     same = apply_overrides(TrainConfig, "tiny", ["env_kwargs.max_turns=4"])
     assert build_envs(same, 1)[0].config.max_turns == 4
     # envs that need the policy's tokenizer get it from the trainer
-    policy = apply_overrides(TrainConfig, "tiny", ["model=tiny-s", "env_kwargs.chat_template=policy",
-                                                   "env_kwargs.max_obs_tokens=40"])
+    policy = apply_overrides(TrainConfig, "tiny",
+                             ["model=tiny-s", "env_kwargs.chat_template=policy",
+                              "env_kwargs.max_obs_tokens=40"])
     (env,) = build_envs(policy, 1)
     from agentsearch.models import load_tokenizer
 
@@ -132,16 +140,19 @@ def test_build_envs_refuses_silent_fallbacks(tmp_path, world_path):
 
 
 @pytest.mark.parametrize("with_question,source", [(True, "builtin"), (False, "parquet")])
-def test_search_r1_parquet_trains_and_evaluates_per_source(tmp_path, world_path, with_question, source):
+def test_search_r1_parquet_trains_and_evaluates_per_source(tmp_path, world_path, with_question,
+                                                           source):
     from agentsearch.trainer.loop import train
 
-    train_file = _parquet(tmp_path / "train.parquet", _rows(world_path, 4, 4, "train"), with_question)
+    train_file = _parquet(tmp_path / "train.parquet", _rows(world_path, 4, 4, "train"),
+                          with_question)
     test_file = _parquet(tmp_path / "test.parquet", _rows(world_path, 4, 2, "test"), with_question)
     cfg = apply_overrides(TrainConfig, "tiny", SMALL + [
         f"env_kwargs.questions={train_file}", f"eval.questions={test_file}",
         f"env_kwargs.prompt_source={source}"])
     train(cfg, tmp_path / "run", quiet=True)
-    recs = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    recs = [json.loads(line)
+            for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in recs] == [0, 1, 2]
     for r in (recs[0], recs[-1]):  # 4 of the merged file, 2 per source (its first 4 are all NQ)
         assert r["eval/questions"] == 4 and r["eval/nq/size"] == 2 and r["eval/hotpotqa/size"] == 2

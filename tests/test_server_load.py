@@ -56,20 +56,26 @@ async def _post_all(url: str, bodies: list[dict]) -> list[httpx.Response]:
         return await asyncio.gather(*(c.post(url + "/retrieve", json=b) for b in bodies))
 
 
-def test_past_the_bound_requests_get_503_with_retry_after_and_the_rest_are_answered(local, questions):
+def test_past_the_bound_requests_get_503_with_retry_after_and_the_rest_are_answered(local,
+                                                                                    questions):
     app = create_app(SlowRetriever(local), Limits(max_inflight=4))
     qs = questions[:32]
     with serve_in_thread(app) as url:
-        answers = asyncio.run(_post_all(url, [{"queries": [q], "topk": 3, "return_scores": True} for q in qs]))
+        answers = asyncio.run(_post_all(url,
+                                        [{"queries": [q], "topk": 3, "return_scores": True}
+                                         for q in qs]))
         health = httpx.get(url + "/health").json()
-        after = httpx.post(url + "/retrieve", json={"queries": qs[:2], "topk": 3, "return_scores": True})
-        chunked = httpx.post(url + "/retrieve", content=iter([b'{"queries": [', json.dumps(qs[0]).encode(), b"]}"]))
+        after = httpx.post(url + "/retrieve",
+                           json={"queries": qs[:2], "topk": 3, "return_scores": True})
+        chunked = httpx.post(url + "/retrieve",
+                             content=iter([b'{"queries": [', json.dumps(qs[0]).encode(), b"]}"]))
     codes = [r.status_code for r in answers]
     assert set(codes) <= {200, 503} and codes.count(200) >= 4 and codes.count(503) >= 1, codes
     for q, r in zip(qs, answers):
         if r.status_code == 200:
             [items] = r.json()["result"]
-            assert [it["document"]["id"] for it in items] == [h.doc_id for h in local.search([q], 3)[0]]
+            assert ([it["document"]["id"] for it in items]
+                    == [h.doc_id for h in local.search([q], 3)[0]])
         else:
             assert int(r.headers["retry-after"]) >= 1
             assert "overloaded" in r.json()["detail"] and "--max-inflight" in r.json()["detail"]
@@ -77,7 +83,8 @@ def test_past_the_bound_requests_get_503_with_retry_after_and_the_rest_are_answe
     assert adm["shed"]["requests"] == codes.count(503) == adm["shed_total"]
     assert adm["peak_inflight"] <= 4 and adm["inflight"] == 0 and adm["max_inflight"] == 4
     assert health["limits"]["max_inflight"] == 4
-    assert after.status_code == 200 and len(after.json()["result"]) == 2  # it answers normally afterwards
+    # it answers normally afterwards
+    assert after.status_code == 200 and len(after.json()["result"]) == 2
     assert chunked.status_code == 200 and len(chunked.json()["result"]) == 1  # no Content-Length
 
 
@@ -88,7 +95,8 @@ def test_a_storm_of_large_requests_is_bounded_in_queries(local, questions):
         adm = httpx.get(url + "/health").json()["admission"]
     codes = [r.status_code for r in answers]
     assert codes.count(200) >= 2 and codes.count(503) >= 1 and set(codes) == {200, 503}
-    assert any("--max-inflight-queries" in r.json()["detail"] for r in answers if r.status_code == 503)
+    assert any("--max-inflight-queries" in r.json()["detail"] for r in answers
+               if r.status_code == 503)
     assert adm["peak_inflight_queries"] <= 128 and adm["inflight_queries"] == 0
     assert adm["shed"]["queries"] == codes.count(503)
 
@@ -141,18 +149,21 @@ def test_client_gives_up_as_an_infra_error_after_its_retries(local, questions):
 
         async def go():
             async with RemoteRetriever(url, retries=1, backoff=0.01, max_retry_after=0.05) as c:
-                with pytest.raises(RetrieverUnavailable, match="failed 2 times.*HTTP 503.*overloaded"):
+                with pytest.raises(RetrieverUnavailable,
+                                   match="failed 2 times.*HTTP 503.*overloaded"):
                     await c.asearch([questions[1]], 3)
                 return c.stats
 
         stats = asyncio.run(go())
         busy.join(10)
-    assert stats["retry_after_waits"] == 1 and stats["retry_after_s"] < 0.2  # capped by max_retry_after
+    # capped by max_retry_after
+    assert stats["retry_after_waits"] == 1 and stats["retry_after_s"] < 0.2
 
 
 def test_retry_after_is_the_backlog_at_the_measured_service_rate():
     now = [0.0]
-    a = Admission(max_requests=1000, max_queries=10_000, max_body_bytes=1 << 20, clock=lambda: now[0])
+    a = Admission(max_requests=1000, max_queries=10_000, max_body_bytes=1 << 20,
+                  clock=lambda: now[0])
     assert a.retry_after() == 1  # nothing measured yet
     for _ in range(4):  # 4 busy seconds serving 100 queries/s
         t = a.enter(100)
@@ -173,7 +184,8 @@ def test_retry_after_is_the_backlog_at_the_measured_service_rate():
 def test_limits_refuse_a_bound_that_no_largest_request_fits():
     with pytest.raises(ValueError, match="--max-inflight-queries"):
         Limits(max_queries=100, max_inflight_queries=50)
-    assert Limits().max_inflight_queries == 16384 + 512 and Limits().max_inflight_body_bytes == 256 << 20
+    assert (Limits().max_inflight_queries == 16384 + 512
+            and Limits().max_inflight_body_bytes == 256 << 20)
     assert json.dumps(Limits().as_dict())
 
 

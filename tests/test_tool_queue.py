@@ -30,9 +30,11 @@ def test_makespan_serves_first_come_first_served():
 
 def test_step_wait_serves_each_turns_calls_together():
     rng = random.Random(0)  # sigma 0: every call takes exactly the mean
-    assert step_wait([4, 4, 4], 4, 1.0, rng, sigma=0.0) == pytest.approx(3.0)  # 3 turns x 4 calls, 4 slots
+    # 3 turns x 4 calls, 4 slots
+    assert step_wait([4, 4, 4], 4, 1.0, rng, sigma=0.0) == pytest.approx(3.0)
     assert step_wait([4, 4, 4], 2, 1.0, rng, sigma=0.0) == pytest.approx(6.0)  # 2 rounds a turn
-    assert step_wait([4, 4, 4], 0, 0.5, rng, sigma=0.0) == pytest.approx(1.5)  # unlimited: a call a turn
+    # unlimited: a call a turn
+    assert step_wait([4, 4, 4], 0, 0.5, rng, sigma=0.0) == pytest.approx(1.5)
     assert step_wait([], 4, 1.0, rng, sigma=0.0) == 0.0
 
 
@@ -61,7 +63,8 @@ def test_the_lock_step_rollout_logs_its_calls_turn_by_turn():
     tasks, policy = world_oracle(split="dev", turn_format="tags")
     tasks = [t for t in tasks if len(t["gold_doc_ids"]) == 2][:2] + \
         [t for t in tasks if len(t["gold_doc_ids"]) == 1][:2]
-    _, stats = rollout(lambda: SearchEnv(split="dev"), tasks, ScriptedBackend(load_tokenizer("tiny"), policy),
+    _, stats = rollout(lambda: SearchEnv(split="dev"), tasks,
+                       ScriptedBackend(load_tokenizer("tiny"), policy),
                        SamplingParams(max_new_tokens=256), n_per_task=2, seed=0)
     # turn 1: all 8 episodes search; turn 2: the 4 two-hop ones search again, the rest answer
     assert stats.metrics()["rollout/tool_calls_by_turn"] == [8, 4, 0]
@@ -69,18 +72,21 @@ def test_the_lock_step_rollout_logs_its_calls_turn_by_turn():
     assert merged.tool_calls_by_turn == [8, 4, 0, 8, 4, 0] and merged.tool_calls == 24
 
 
-def _run(name: str, label: str, evals: dict[int, float], seconds_per_step: float, calls: float, env: float) -> Run:
-    records = [{"step": s, "rollout/tool_calls": calls, "rollout/generate_calls": 3, "time/env": env}
-               for s in range(1, max(evals) + 1)]
+def _run(name: str, label: str, evals: dict[int, float], seconds_per_step: float, calls: float,
+         env: float) -> Run:
+    records = [{"step": s, "rollout/tool_calls": calls, "rollout/generate_calls": 3,
+                "time/env": env} for s in range(1, max(evals) + 1)]
     points = [(s * seconds_per_step, q, s) for s, q in sorted(evals.items())]
     return Run(path=Path(name), records=records, points=points, label=label)
 
 
 def test_queued_points_replace_each_steps_measured_wait():
     run = _run("r-s0", "r", {0: 0.1, 2: 0.3}, 10.0, calls=8, env=1.0)
-    # 2 searching turns x 4 calls on 2 slots at 1 s (sigma 0): 2 s a turn, 4 s a step against 1 s measured
+    # 2 searching turns x 4 calls on 2 slots at 1 s (sigma 0): 2 s a turn, 4 s a step against
+    # 1 s measured
     pts = queued_points(run, 2, 1.0, random.Random(0), sigma=0.0)
-    ref_run = _run("on_policy_larger-s0", "on_policy_larger", {0: 0.1, 1: 0.2, 2: 0.4}, 10.0, calls=16, env=1.0)
+    ref_run = _run("on_policy_larger-s0", "on_policy_larger", {0: 0.1, 1: 0.2, 2: 0.4}, 10.0,
+                   calls=16, env=1.0)
     table = predict([run, ref_run], 2, 1.0, sigma=0.0)
     assert pts == [(0.0, 0.1, 0), (20.0 + 2 * 3.0, 0.3, 2)]
     # target 0.9 x 0.4 = 0.36: on_policy_larger reaches it at step 2: 20 s + 2 x (8 - 1) s = 34 s,
@@ -89,7 +95,8 @@ def test_queued_points_replace_each_steps_measured_wait():
     ref = next(m for m in table["methods"] if m["method"] == "on_policy_larger")
     assert ref["time_to_target"] == pytest.approx(34.0) and ref["ratio"] == pytest.approx(1.0)
     r = next(m for m in table["methods"] if m["method"] == "r")
-    assert r["reached"] == "0/1" and r["time_to_target"] is None and r["train_seconds"] == pytest.approx(26.0)
+    assert (r["reached"] == "0/1" and r["time_to_target"] is None
+            and r["train_seconds"] == pytest.approx(26.0))
     with pytest.raises(ValueError, match="no on_policy_larger runs"):
         predict([run], 2, 1.0)
 
@@ -134,9 +141,13 @@ def test_a_measured_run_is_read_against_its_twins_prediction():
 
 
 def test_same_seed_ratios_pair_each_run_with_the_references_run_of_its_seed():
-    rows = [{"run": "hdr-s0", "method": "hdr", "seed": 0, "measured": 80.0, "priced": 90.0, "predicted": None},
-            {"run": "hdr-s1", "method": "hdr", "seed": 1, "measured": 50.0, "priced": 50.0, "predicted": 50.0},
+    rows = [{"run": "hdr-s0", "method": "hdr", "seed": 0, "measured": 80.0, "priced": 90.0,
+             "predicted": None},
+            {"run": "hdr-s1", "method": "hdr", "seed": 1, "measured": 50.0, "priced": 50.0,
+             "predicted": 50.0},
             {"run": "on_policy_larger-s0", "method": "on_policy_larger", "seed": 0,
              "measured": 100.0, "priced": 100.0, "predicted": 100.0}]
-    assert same_seed_ratios(rows) == [{"pair": "hdr-s0 / on_policy_larger-s0", "measured": pytest.approx(0.8),
-                                       "priced": pytest.approx(0.9), "predicted": None}]  # hdr-s1: no reference run
+    # hdr-s1: no reference run
+    assert same_seed_ratios(rows) == [{"pair": "hdr-s0 / on_policy_larger-s0",
+                                       "measured": pytest.approx(0.8),
+                                       "priced": pytest.approx(0.9), "predicted": None}]

@@ -32,14 +32,16 @@ def test_builtins_come_from_the_entry_point_group():
                    "python": "agentsearch.envs.tools.python_exec:PythonTool",
                    "crop": "agentsearch.envs.tools.crop:CropTool"}
     assert set(eps) <= set(available_tools())
-    for name, cls in [("search", SearchTool), ("calculator", CalculatorTool), ("python", PythonTool)]:
+    for name, cls in [("search", SearchTool), ("calculator", CalculatorTool),
+                      ("python", PythonTool)]:
         tool = load_tool(name)
         assert isinstance(tool, cls) and isinstance(tool, Tool) and tool.name == name
         assert tool_schema(tool)["function"]["parameters"]["required"]
 
 
 def test_load_by_path_and_errors():
-    assert isinstance(load_tool("agentsearch.envs.tools:CalculatorTool", timeout_s=1.0), CalculatorTool)
+    assert isinstance(load_tool("agentsearch.envs.tools:CalculatorTool", timeout_s=1.0),
+                      CalculatorTool)
     with pytest.raises(KeyError, match="registered tools are"):
         load_tool("weather")
     with pytest.raises(ImportError, match="cannot import tool module"):
@@ -69,7 +71,8 @@ def test_readme_custom_tool_example_runs():
 
 
 @pytest.mark.parametrize("expr,value", [("(17 * 24 - 139) / 7", 38.428571428571), ("2^10", 1024),
-                                        ("comb(10, 5)", 252), ("sqrt(16) + pi - pi", 4.0), ("-3 % 5", 2)])
+                                        ("comb(10, 5)", 252), ("sqrt(16) + pi - pi", 4.0),
+                                        ("-3 % 5", 2)])
 def test_calculator(expr, value):
     assert evaluate(expr) == pytest.approx(value)
 
@@ -102,7 +105,8 @@ class Slow(Boom):
 def test_failing_and_hanging_tools_become_error_observations(fmt):
     env = MathEnv(turn_format=fmt, tools=(Boom(), Slow()), tasks=[TASK])
     env.reset(seed=0)
-    for name, msg in [("boom", "boom failed: RuntimeError: backend down"), ("slow", "slow timed out after 0.2 s")]:
+    for name, msg in [("boom", "boom failed: RuntimeError: backend down"),
+                      ("slow", "slow timed out after 0.2 s")]:
         action = (f"<{name}>hi</{name}>" if fmt == "tags" else
                   f'<tool_call>{{"name": "{name}", "arguments": {{"x": "hi"}}}}</tool_call>')
         t0 = time.perf_counter()
@@ -117,7 +121,8 @@ def test_search_tool_with_an_injected_retriever_and_long_results():
 
     class Long:
         async def asearch(self, queries, k=3):
-            return [[Hit(f"d{i}", f'"T{i}"\n' + "text " * 400, 1.0) for i in range(k)] for _ in queries]
+            return [[Hit(f"d{i}", f'"T{i}"\n' + "text " * 400, 1.0)
+                     for i in range(k)] for _ in queries]
 
     env = SearchEnv(retriever=Long(), topk=2, max_obs_chars=300, tasks=[TASK])
     env.reset(seed=0)
@@ -134,15 +139,17 @@ def test_latency_profile_wraps_the_envs_own_search_tool():
     from agentsearch.trainer.setup import build_envs
     from agentsearch.trainer.train_config import TrainConfig
 
-    cfg = apply_overrides(TrainConfig, "tiny", ["tool_latency.kind=fixed", "tool_latency.mean_s=0.01"])
+    cfg = apply_overrides(TrainConfig, "tiny",
+                          ["tool_latency.kind=fixed", "tool_latency.mean_s=0.01"])
     (env,) = build_envs(cfg, 1)
     tool = env.tools["search"]
     assert isinstance(tool, LatencyTool) and tool.tool.topk == 2 == cfg.env_kwargs["topk"]
     # evaluation is outside the training clock: its search calls wait only when asked to
     (dev,) = build_envs(cfg, 1, split="dev")
     assert not isinstance(dev.tools["search"], LatencyTool) and dev.tools["search"].topk == 2
-    cfg = apply_overrides(TrainConfig, "tiny", ["tool_latency.kind=fixed", "tool_latency.mean_s=0.01",
-                                                "tool_latency.in_eval=true"])
+    cfg = apply_overrides(TrainConfig, "tiny",
+                          ["tool_latency.kind=fixed", "tool_latency.mean_s=0.01",
+                           "tool_latency.in_eval=true"])
     assert isinstance(build_envs(cfg, 1, split="dev")[0].tools["search"], LatencyTool)
 
 
@@ -168,11 +175,13 @@ def test_a_capacity_limited_search_service_makes_a_burst_wait_for_its_calls():
     from agentsearch.trainer.setup import build_envs
     from agentsearch.trainer.train_config import TrainConfig
 
-    cfg = apply_overrides(TrainConfig, "tiny", ["tool_latency.kind=fixed", "tool_latency.mean_s=0.1",
-                                                "tool_latency.concurrency=2"])
+    cfg = apply_overrides(TrainConfig, "tiny",
+                          ["tool_latency.kind=fixed", "tool_latency.mean_s=0.1",
+                           "tool_latency.concurrency=2"])
     envs = build_envs(cfg, 4)
     tools = [env.tools["search"] for env in envs]
-    assert isinstance(tools[0].service, ToolService) and all(t.service is tools[0].service for t in tools)
+    assert (isinstance(tools[0].service, ToolService)
+            and all(t.service is tools[0].service for t in tools))
     name = envs[0].reset(seed=0)[1]["question"].split("When was ")[1].rstrip("?")
 
     async def burst() -> float:

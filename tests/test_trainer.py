@@ -44,10 +44,11 @@ def test_a_few_steps_train_and_log_every_phase(tmp_path):
     for r in recs[1:]:
         for phase in PHASES + ("step", "train_cumulative", "eval", "checkpoint"):
             assert f"time/{phase}" in r, phase
-        for key in ("replay/accept_rate", "replay/scan_depth", "replay/buffer_size", "replay/ingress",
-                    "replay/ingress_drought", "groups/zero_variance_frac", "rollout/tool_error_rate",
-                    "reward/answer", "reward/format", "tokens/generated", "tokens/scored",
-                    "tokens/trained", "train/grad_norm", "rollout/logprob_gap", "rollout/entropy"):
+        for key in ("replay/accept_rate", "replay/scan_depth", "replay/buffer_size",
+                    "replay/ingress", "replay/ingress_drought", "groups/zero_variance_frac",
+                    "rollout/tool_error_rate", "reward/answer", "reward/format", "tokens/generated",
+                    "tokens/scored", "tokens/trained", "train/grad_norm", "rollout/logprob_gap",
+                    "rollout/entropy"):
             assert key in r, key
         assert r["time/step"] > 0 and r["tokens/generated"] > 0
         assert r["rollout/logprob_gap"] < 1e-3  # HF engine vs trainer forward, fp32
@@ -101,7 +102,8 @@ def test_nonfinite_loss_skips_the_step():
 
     cfg = _cfg()
     model, _ = load_model("tiny-s")
-    opt, sched = make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_steps)
+    opt, sched = make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay,
+                                warmup_steps=cfg.warmup_steps)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     rows = [Row(torch.tensor([1, 2, 3, 4]), torch.tensor([False, True, True, True]),
                 torch.tensor([0.0, math.nan, -1.0, -1.0]), 1.0, False)]
@@ -152,7 +154,8 @@ def test_update_moves_logprobs_the_way_advantages_ask():
 
     cfg = _cfg("lr=3e-3")
     model, _ = load_model("tiny-s", seed=1)
-    opt, sched = make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_steps)
+    opt, sched = make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay,
+                                warmup_steps=cfg.warmup_steps)
     good, bad = torch.tensor([5, 6, 7, 8, 9]), torch.tensor([5, 6, 17, 18, 19])
     mask = torch.tensor([False, False, True, True, True])
 
@@ -163,7 +166,8 @@ def test_update_moves_logprobs_the_way_advantages_ask():
 
     before = logp(good), logp(bad)
     for _ in range(5):  # on-policy: old logprobs = current ones
-        rows = [Row(ids, mask, torch.zeros(5), adv, False) for ids, adv in ((good, 1.0), (bad, -1.0))]
+        rows = [Row(ids, mask, torch.zeros(5), adv, False)
+                for ids, adv in ((good, 1.0), (bad, -1.0))]
         for r in rows:
             b = pad_rows([r], "cpu")
             with torch.no_grad():
@@ -188,12 +192,14 @@ def test_presets_load_and_every_field_is_documented():
         cfg = apply_overrides(TrainConfig, preset, [])
         assert cfg.replay.kind == "hdr"
     paper = apply_overrides(TrainConfig, "search-r1-qwen2.5-3b", [])
-    assert (paper.prompts_per_step, paper.replay.k_rep, paper.replay.tau, paper.replay.capacity) == (128, 64, 1e-2, 512)
+    assert (paper.prompts_per_step, paper.replay.k_rep, paper.replay.tau,
+            paper.replay.capacity) == (128, 64, 1e-2, 512)
     undocumented = [key for key, _, doc in reference(TrainConfig) if not doc]
     assert undocumented == []
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("config_reference", ROOT / "scripts" / "config_reference.py")
+    spec = importlib.util.spec_from_file_location("config_reference",
+                                                  ROOT / "scripts" / "config_reference.py")
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
     page = (ROOT / "docs" / "config.md").read_text().splitlines()
@@ -202,7 +208,8 @@ def test_presets_load_and_every_field_is_documented():
         "docs/config.md is stale: run python scripts/config_reference.py --write"
 
 
-def test_run_uses_one_event_loop_one_retriever_client_closed_at_end(tmp_path, monkeypatch, httpx_clients):
+def test_run_uses_one_event_loop_one_retriever_client_closed_at_end(tmp_path, monkeypatch,
+                                                                    httpx_clients):
     """Every rollout and eval of a run share one event loop: against a real retrieval server
     the run opens ONE httpx.AsyncClient (not one per step) and closes it at the end."""
 
@@ -238,8 +245,8 @@ def test_a_run_that_crashes_still_closes_its_retriever_client(tmp_path, monkeypa
     _register_every_turn_searches_env()
     with serve_in_thread(load_retriever(world_index(seed=0, kind="bm25s"))) as url:
         with pytest.raises(RuntimeError, match="injected failure"):
-            train(_cfg("steps=3", "eval.limit=2", "env=tests/EverySearch-v0", f"env_kwargs.index={url}"),
-                  tmp_path, quiet=True)
+            train(_cfg("steps=3", "eval.limit=2", "env=tests/EverySearch-v0",
+                       f"env_kwargs.index={url}"), tmp_path, quiet=True)
     assert len(httpx_clients) == 1 and httpx_clients[0].is_closed
 
 
@@ -253,7 +260,8 @@ def _register_every_turn_searches_env():
     class _EverySearch(SearchEnv):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            self.parser.parse = lambda action: Turn(calls=[ToolCall("search", {"query": action[:100] or "x"})])
+            self.parser.parse = lambda action: Turn(
+                calls=[ToolCall("search", {"query": action[:100] or "x"})])
 
     if "tests/EverySearch-v0" not in gymnasium.registry:
         gymnasium.register("tests/EverySearch-v0", entry_point=_EverySearch)
@@ -318,7 +326,8 @@ def recording_hdr(monkeypatch):
 
 
 @pytest.mark.slow
-def test_hdr_gate_rejects_and_accepts_the_first_feasible_groups_by_headroom(tmp_path, recording_hdr):
+def test_hdr_gate_rejects_and_accepts_the_first_feasible_groups_by_headroom(tmp_path,
+                                                                            recording_hdr):
     # mixed outcomes (parity env) fill the buffer. At lr=1e-4 one update moves a stored group's
     # drift to ~1e-5..1e-3 and older groups drift further, so a small tau=1e-4 sits inside that
     # range: the gate rejects some scanned groups and accepts others (at lr=1e-2 it rejects all)
@@ -349,7 +358,8 @@ def test_hdr_gate_rejects_and_accepts_the_first_feasible_groups_by_headroom(tmp_
         r = recs[s["step"]]
         assert r["replay/scan_depth"] == depth and r["replay/accepted"] == len(s["accepted"])
         assert r["replay/candidates"] == len(order)
-        assert r["replay/accept_rate"] == pytest.approx(sum(d <= tau for d in drift[:depth]) / depth)
+        assert r["replay/accept_rate"] == pytest.approx(
+            sum(d <= tau for d in drift[:depth]) / depth)
         if s["accepted"]:
             assert r["train/replayed_rows"] > 0  # and they reached the update
     # the gate really rejected scanned groups, some groups still passed it, and at least once

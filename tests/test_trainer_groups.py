@@ -39,8 +39,8 @@ def test_groups_pad_rows_and_centre_rewards():
 def test_rescore_stores_the_trainers_logprobs_and_reports_gap_and_entropy():
     groups, _ = episodes_to_groups(_two_groups(), 2, step=0, pad_id=0)
     # the trainer's logprobs differ from the engine's by +0.1 on every policy token
-    trainer = [torch.where(g.action_mask, g.gen_logprobs + 0.1, torch.full_like(g.gen_logprobs, 9.0))
-               for g in groups]
+    trainer = [torch.where(g.action_mask, g.gen_logprobs + 0.1,
+                           torch.full_like(g.gen_logprobs, 9.0)) for g in groups]
     m = rescore(groups, lambda gs: trainer)
     # 5 policy tokens; trainer logprobs -0.4, -0.9, -1.9, 0.0, 0.0 -> mean -log p = 3.2 / 5
     assert m["rollout/logprob_gap"] == pytest.approx(0.1, abs=1e-6)
@@ -69,6 +69,7 @@ def test_overlong_shaping_counts_policy_tokens_against_the_response_budget():
     assert groups[0].rewards.tolist() == pytest.approx([1.0, 0.5, 0.0, 0.0])
     assert groups[0].advantages.tolist() == pytest.approx([0.625, 0.125, -0.375, -0.375])
     # max_response_tokens overrides the default budget: 9 -> the ramp runs from 5 to 9
-    cfg = apply_overrides(TrainConfig, {}, ["max_response_tokens=9", "overlong_buffer=4", "overlong_penalty=2"])
+    cfg = apply_overrides(TrainConfig, {},
+                          ["max_response_tokens=9", "overlong_buffer=4", "overlong_penalty=2"])
     groups, _ = episodes_to_groups(eps, 4, step=0, pad_id=0, overlong=cfg.overlong_shaping())
     assert groups[0].rewards.tolist() == pytest.approx([1.0, 1 - 2 * 3 / 4, -1.0, -1.0])

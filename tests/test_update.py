@@ -71,18 +71,21 @@ EPISODES = [  # 3 tasks x 2 responses; task b has zero reward variance
 def _rows(model, cfg) -> list[Row]:
     """EPISODES -> groups (with cfg's overlong shaping) -> trainer logprobs -> rows, as the loop
     does; the old logprobs are the trainer's, nudged by a fixed pattern so ratios differ from 1."""
-    groups, _ = episodes_to_groups(EPISODES, 2, step=1, pad_id=0, advantage_scale=cfg.advantage_scale,
+    groups, _ = episodes_to_groups(EPISODES, 2, step=1, pad_id=0,
+                                   advantage_scale=cfg.advantage_scale,
                                    overlong=cfg.overlong_shaping())
     rescore(groups, make_score_fn(model, temperature=cfg.generation.temperature))
     for g in groups:
-        pattern = torch.linspace(-1.0, 1.0, g.gen_logprobs.numel()).view_as(g.gen_logprobs)  # [n, T]
+        # [n, T]
+        pattern = torch.linspace(-1.0, 1.0, g.gen_logprobs.numel()).view_as(g.gen_logprobs)
         g.gen_logprobs = torch.where(g.action_mask, g.gen_logprobs + EPS[cfg.loss] * pattern, 0.0)
     return rows_of(drop_zero_signal(groups) if cfg.dynamic_sampling else groups)  # as the loop does
 
 
 def _ref_fn(ref_model, cfg):
     def ref(ids, attn, mask):
-        return token_logprobs(ref_model, ids, attn, temperature=cfg.generation.temperature, target_mask=mask)
+        return token_logprobs(ref_model, ids, attn, temperature=cfg.generation.temperature,
+                              target_mask=mask)
     return ref
 
 
@@ -120,7 +123,8 @@ def test_reported_loss_is_the_pure_loss_and_the_step_moves_weights(base, ref_mod
     with torch.no_grad():
         expected = float(_full_batch_loss(model, rows, cfg, ref_model))
     before = _params(model)
-    opt, sched = make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_steps)
+    opt, sched = make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay,
+                                warmup_steps=cfg.warmup_steps)
     out = policy_update(model, opt, sched, rows, cfg,
                         ref_logprobs_fn=_ref_fn(ref_model, cfg) if cfg.kl_coef > 0 else None)
     assert out["train/loss"] == pytest.approx(expected, rel=1e-4, abs=1e-6)
@@ -147,13 +151,15 @@ def test_on_policy_loss_hand_worked(base, loss, agg, expected):
         b = pad_rows([r], "cpu")
         with torch.no_grad():
             r.old_lp = token_logprobs(model, b["ids"], b["attn"])[0]  # [T]: on policy
-    opt, sched = make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_steps)
+    opt, sched = make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay,
+                                warmup_steps=cfg.warmup_steps)
     out = policy_update(model, opt, sched, rows, cfg)
     assert out["train/loss"] == pytest.approx(expected, abs=1e-5)
 
 
 def test_loss_normalizer_table():
-    masks = [torch.tensor([0, 1, 1], dtype=torch.bool), torch.tensor([[1, 1, 1], [0, 0, 0]], dtype=torch.bool)]
+    masks = [torch.tensor([0, 1, 1], dtype=torch.bool),
+             torch.tensor([[1, 1, 1], [0, 0, 0]], dtype=torch.bool)]
     # 5 policy tokens; 2 sequences with a policy token (the empty row does not count)
     assert loss_normalizer("grpo", "token", masks) == 5.0
     assert loss_normalizer("cispo", "token", masks) == 5.0
@@ -213,7 +219,8 @@ def _same_state(a, b) -> bool:
 def test_a_step_without_signal_touches_nothing(base, loss):
     cfg = _cfg(loss)
     model = copy.deepcopy(base)
-    opt, sched = make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_steps)
+    opt, sched = make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay,
+                                warmup_steps=cfg.warmup_steps)
     rows = _rows(model, cfg)
     first = policy_update(model, opt, sched, rows, cfg)  # a real step: Adam now has momentum
     assert first["train/skipped"] == 0.0 and first["train/skipped_no_signal"] == 0.0
@@ -231,7 +238,8 @@ def test_zero_advantages_with_a_kl_term_still_step(base, ref_model):
     # the KL term pulls toward the reference whatever the advantages: that is signal
     cfg = _cfg("grpo", kl_coef=0.1)
     model = copy.deepcopy(base)
-    opt, sched = make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_steps)
+    opt, sched = make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay,
+                                warmup_steps=cfg.warmup_steps)
     rows = _rows(model, cfg)
     for r in rows:
         r.adv = 0.0
@@ -248,20 +256,24 @@ def test_zero_advantages_with_a_kl_term_still_step(base, ref_model):
     ("gspo", "token", (3 / 1 + 3 / 3) / 2),     # GSPO is per sequence whatever agg says
 ])
 def test_kl_term_is_aggregated_like_the_loss_hand_worked(base, loss, agg, expected):
-    cfg = _cfg(loss, agg=agg, kl_coef=0.5, kl_kind="k1", micro_batch_size=1)  # one row per micro-batch
+    # one row per micro-batch
+    cfg = _cfg(loss, agg=agg, kl_coef=0.5, kl_kind="k1", micro_batch_size=1)
     model = copy.deepcopy(base)
-    rows = [Row(torch.tensor([5, 6, 20]), torch.tensor([0, 0, 1], dtype=torch.bool), torch.zeros(3), 0.0, False),
-            Row(torch.tensor([5, 30, 31, 32]), torch.tensor([0, 1, 1, 1], dtype=torch.bool), torch.zeros(4), 0.0,
-                False)]
+    rows = [Row(torch.tensor([5, 6, 20]), torch.tensor([0, 0, 1], dtype=torch.bool), torch.zeros(3),
+                0.0, False),
+            Row(torch.tensor([5, 30, 31, 32]), torch.tensor([0, 1, 1, 1], dtype=torch.bool),
+                torch.zeros(4), 0.0, False)]
 
     def ref(ids, attn, mask):  # the policy's own logprobs, minus 3 on token 20 and 1 elsewhere
-        lp = token_logprobs(model, ids, attn, temperature=cfg.generation.temperature, target_mask=mask)
+        lp = token_logprobs(model, ids, attn, temperature=cfg.generation.temperature,
+                            target_mask=mask)
         return lp - torch.where(ids == 20, 3.0, 1.0)
 
     opt, sched = make_optimizer(model, cfg.lr)
     out = policy_update(model, opt, sched, rows, cfg, ref_logprobs_fn=ref)
     assert out["train/kl_ref"] == pytest.approx(expected, abs=1e-5)
-    assert out["train/loss"] == pytest.approx(cfg.kl_coef * expected, abs=1e-5)  # zero advantages: KL only
+    # zero advantages: KL only
+    assert out["train/loss"] == pytest.approx(cfg.kl_coef * expected, abs=1e-5)
 
 
 def test_dynamic_sampling_keeps_exactly_the_groups_with_signal():

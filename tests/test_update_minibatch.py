@@ -26,7 +26,8 @@ def test_entropy_bonus_hand_worked():
     mask = torch.tensor([[False, True, True], [False, True, False]])
     assert float(entropy_bonus(ent, mask)) == pytest.approx(6.0 / 3)                 # token mean
     assert float(entropy_bonus(ent, mask, unit="sequence")) == pytest.approx((2.0 + 2.0) / 2)
-    assert float(entropy_bonus(ent, mask, normalizer=6.0)) == pytest.approx(1.0)     # a step's count
+    # a step's count
+    assert float(entropy_bonus(ent, mask, normalizer=6.0)) == pytest.approx(1.0)
 
 
 def test_token_entropy_is_the_entropy_of_the_scored_distribution(base):
@@ -57,7 +58,8 @@ def test_minibatch_steps_equal_one_step_per_minibatch_and_one_schedule_step(base
     a = copy.deepcopy(base)
     out, _, sched = _step(a, cfg, rows, update_minibatch_size=2)
     with_signal = [mb for mb in minibatches(rows, 2) if any(r.adv != 0 for r in mb)]
-    assert len(minibatches(rows, 2)) == math.ceil(len(rows) / 2) > len(with_signal) > 1  # task b: no signal
+    # task b: no signal
+    assert len(minibatches(rows, 2)) == math.ceil(len(rows) / 2) > len(with_signal) > 1
     assert out["train/optimizer_steps"] == len(with_signal) and out["train/skipped"] == 0
     assert sched.last_epoch == 1                      # the LR schedule counts training steps
     b = copy.deepcopy(base)                           # the same, by hand: one call per mini-batch
@@ -95,9 +97,10 @@ def test_rl_phase_uses_the_configured_adam_betas(tmp_path, monkeypatch):
 
     monkeypatch.setattr(loop_module, "policy_update", spy)
     cfg = apply_overrides(TrainConfig, "tiny", [
-        "model=tiny-s", "steps=1", "prompts_per_step=2", "group_size=2", "max_turns=2", "max_seq_len=384",
-        "generation.max_new_tokens=8", "eval.limit=2", "eval.every=0", "replay.kind=none", "sft.steps=0",
-        "threads=1", "tensorboard=false", "adam_betas=[0.8, 0.95]", "update_minibatch_size=2"])
+        "model=tiny-s", "steps=1", "prompts_per_step=2", "group_size=2", "max_turns=2",
+        "max_seq_len=384", "generation.max_new_tokens=8", "eval.limit=2", "eval.every=0",
+        "replay.kind=none", "sft.steps=0", "threads=1", "tensorboard=false",
+        "adam_betas=[0.8, 0.95]", "update_minibatch_size=2"])
     loop_module.train(cfg, tmp_path / "run", quiet=True)
     assert seen == [(0.8, 0.95)]
     assert len(EPISODES) == 6  # the shared fixture this file builds on

@@ -118,7 +118,8 @@ def test_vllm_logprobs_at_temperature_below_one(tiny, tmp_path):
         ids = torch.tensor([p + g.token_ids])
         with torch.no_grad():
             logits = model(ids).logits[0, len(p) - 1:-1].float()
-        ref = torch.log_softmax(logits / temperature, dim=-1).gather(-1, ids[0, len(p):, None])[:, 0]
+        ref = torch.log_softmax(logits / temperature, dim=-1).gather(
+            -1, ids[0, len(p):, None])[:, 0]
         raw = torch.log_softmax(logits, dim=-1).gather(-1, ids[0, len(p):, None])[:, 0]
         assert (ref - raw).abs().max() > 10 * TOL  # the test can tell the two apart
         worst = max(worst, float((ref - torch.tensor(g.logprobs)).abs().max()))
@@ -132,11 +133,13 @@ def test_each_request_of_a_batch_gets_its_own_derived_seed():
     from agentsearch.rollout.vllm import vllm_sampling_params
 
     p = SamplingParams(8, seed=derive_seed(0, 3))
-    assert [vllm_sampling_params(p, i).seed for i in range(3)] == [derive_seed(p.seed, i) for i in range(3)]
+    assert ([vllm_sampling_params(p, i).seed for i in range(3)]
+            == [derive_seed(p.seed, i) for i in range(3)])
     assert vllm_sampling_params(SamplingParams(8), 2).seed is None
 
 
-def test_vllm_streaming_rollout_is_exact_with_weights_synced_mid_rollout(tiny, tmp_path, small_world_path):
+def test_vllm_streaming_rollout_is_exact_with_weights_synced_mid_rollout(tiny, tmp_path,
+                                                                         small_world_path):
     """Continuous batching (``VLLMStream``): each episode's turns are separate requests that
     join the running engine. The weights change twice while the rollout runs (synced from
     another thread, as the trainer does with async.max_staleness=1): turns in flight start
@@ -161,7 +164,8 @@ def test_vllm_streaming_rollout_is_exact_with_weights_synced_mid_rollout(tiny, t
     try:
         syncer = _Syncer(engine, model, times=2, every=30)  # engine steps: a turn is up to 24
         syncer.start()
-        eps, stats = stream_rollout(envs, tasks, engine, SamplingParams(max_new_tokens=24, temperature=1.0, seed=3),
+        eps, stats = stream_rollout(envs, tasks, engine,
+                                    SamplingParams(max_new_tokens=24, temperature=1.0, seed=3),
                                     n_per_task=2, max_seq_len=1000)
         syncer.join(timeout=60)
         assert engine.version == 2 and stats.generate_calls > 60

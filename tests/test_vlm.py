@@ -1,4 +1,5 @@
-"""The tiny VLM (agentsearch.models.vlm): built offline, image tokens, logprobs, save/load, errors."""
+"""The tiny VLM (agentsearch.models.vlm): built offline, image tokens, logprobs,
+save/load, errors."""
 
 import time
 
@@ -58,8 +59,10 @@ def test_builds_offline_small_with_one_image_token(vlm):
     model, proc = vlm
     tok = proc.tokenizer
     assert len(tok) == len(load_tokenizer("tiny")) + 1
-    assert image_token_id(model) == image_token_id(proc) == tok.convert_tokens_to_ids(IMAGE_TOKEN) == len(tok) - 1
-    assert model.get_input_embeddings().weight.shape[0] == model.config.text_config.vocab_size == len(tok)
+    assert (image_token_id(model) == image_token_id(proc) == tok.convert_tokens_to_ids(IMAGE_TOKEN)
+            == len(tok) - 1)
+    assert (model.get_input_embeddings().weight.shape[0] == model.config.text_config.vocab_size
+            == len(tok))
     assert model.lm_head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()  # tied
     assert tokens_per_image(model) == tokens_per_image(proc) == 16  # (64 / 16)^2 patches, no CLS
     assert 0.8e6 < sum(p.numel() for p in model.parameters()) < 2e6
@@ -82,8 +85,8 @@ def test_processor_expands_each_placeholder(vlm):
     assert row[first:first + 16] == [iid] * 16 and iid not in row[first + 16:]
     # expand_image_tokens + the tokenizer give the same ids (how a rollout tokenizes observations)
     for t, ids, m in zip(texts, enc["input_ids"], enc["attention_mask"]):
-        assert proc.tokenizer(expand_image_tokens(t, proc), add_special_tokens=False)["input_ids"] == \
-            ids[m.bool()].tolist()
+        assert (proc.tokenizer(expand_image_tokens(t, proc), add_special_tokens=False)["input_ids"]
+                == ids[m.bool()].tolist())
     assert proc.tokenizer.decode(row, skip_special_tokens=True) == "Which is bigger?  Answer."
     # pixel_values for observation images, the same as the processor's
     assert torch.equal(prepare_images(proc, images, n_placeholders=3), enc["pixel_values"])
@@ -93,13 +96,16 @@ def test_processor_expands_each_placeholder(vlm):
 def test_generate_logprobs_equal_teacher_forced(vlm):
     model, proc = vlm
     texts = ["Q: colour? <image> A:", "Compare <image> and <image> now, which", "text only"]
-    images = [_img((255, 0, 0)), _img((0, 0, 255), box=(0, 0, 20, 20)), _img((10, 200, 30), (90, 50))]
+    images = [_img((255, 0, 0)), _img((0, 0, 255), box=(0, 0, 20, 20)),
+              _img((10, 200, 30), (90, 50))]
     enc = _left_padded(proc, texts, images)
     assert enc["attention_mask"][2, 0] == 0  # left padding really happens
     per_text = [images[:1], images[1:], []]
     torch.manual_seed(0)
-    prompts, gens = _sample(model, proc, texts, per_text, max_new_tokens=24, temperature=0.8, top_k=50)
-    assert [len(p) for p in prompts] == enc["attention_mask"].sum(1).tolist()  # prompts of different lengths
+    prompts, gens = _sample(model, proc, texts, per_text, max_new_tokens=24, temperature=0.8,
+                            top_k=50)
+    # prompts of different lengths
+    assert [len(p) for p in prompts] == enc["attention_mask"].sum(1).tolist()
     for prompt, gen, imgs in zip(prompts, gens, per_text):
         assert 0 < len(gen.token_ids) == len(gen.logprobs) <= 24
         ids = torch.tensor([prompt + gen.token_ids])
@@ -108,7 +114,8 @@ def test_generate_logprobs_equal_teacher_forced(vlm):
             tf = token_logprobs(model, ids, pixel_values=pixels, temperature=0.8)
         P = len(prompt)
         assert (tf[0, P:] - torch.tensor(gen.logprobs)).abs().max() < 1e-4
-        assert (tf[0, :P][ids[0, :P] == image_token_id(model)] == 0).all()  # image tokens: not scored
+        # image tokens: not scored
+        assert (tf[0, :P][ids[0, :P] == image_token_id(model)] == 0).all()
 
     # the same through plain model.generate(output_logits=True): raw logits, image token masked
     P = enc["input_ids"].shape[1]
@@ -122,7 +129,9 @@ def test_generate_logprobs_equal_teacher_forced(vlm):
     new = out.sequences[:, P:]
     gen = torch.log_softmax(logits / 0.8, -1).gather(-1, new[..., None]).squeeze(-1)
     with torch.no_grad():
-        tf = token_logprobs(model, out.sequences, torch.cat([enc["attention_mask"], torch.ones_like(new)], 1), pixel_values=enc["pixel_values"], temperature=0.8)
+        tf = token_logprobs(model, out.sequences,
+                            torch.cat([enc["attention_mask"], torch.ones_like(new)], 1),
+                            pixel_values=enc["pixel_values"], temperature=0.8)
     assert (tf[:, P:] - gen).abs().max() < 1e-4
 
 
@@ -140,7 +149,8 @@ def test_image_token_is_never_sampled():
     torch.manual_seed(0)
     plain = model.generate(**enc, do_sample=True, max_new_tokens=8, eos_token_id=None)
     assert iid in plain[0, enc["input_ids"].shape[1]:].tolist()  # the hazard is real
-    (prompt,), (gen,) = _sample(model, proc, ["Look <image> now"], [[_img((255, 0, 0))]], max_new_tokens=8)
+    (prompt,), (gen,) = _sample(model, proc, ["Look <image> now"], [[_img((255, 0, 0))]],
+                                max_new_tokens=8)
     assert prompt == enc["input_ids"][0].tolist() and iid not in gen.token_ids
     ids = torch.tensor([prompt + gen.token_ids])
     with torch.no_grad():  # and the rescoring of the sampled sequence still works and agrees
@@ -153,16 +163,18 @@ def test_save_load_round_trip(vlm, tmp_path):
     save_vlm(model, proc, tmp_path / "m")
     model2, proc2 = load_vlm(str(tmp_path / "m"))
     texts, images = ["Is it red? <image> yes, it is red"], [_img((255, 0, 0), (80, 64))]
-    enc, enc2 = proc(text=texts, images=images, return_tensors="pt"), proc2(text=texts, images=images, return_tensors="pt")
+    enc, enc2 = (proc(text=texts, images=images, return_tensors="pt"),
+                 proc2(text=texts, images=images, return_tensors="pt"))
     assert torch.equal(enc["input_ids"], enc2["input_ids"])
     assert torch.equal(enc["pixel_values"], enc2["pixel_values"])
-    assert (proc2.tokenizer.pad_token_id, proc2.tokenizer.eos_token_id) == (proc.tokenizer.pad_token_id,
-                                                                        proc.tokenizer.eos_token_id)
+    assert ((proc2.tokenizer.pad_token_id, proc2.tokenizer.eos_token_id)
+            == (proc.tokenizer.pad_token_id, proc.tokenizer.eos_token_id))
     assert tokens_per_image(proc2) == tokens_per_image(model2) == 16
     with torch.no_grad():
         assert torch.equal(model(**enc).logits, model2(**enc).logits)
-        assert torch.equal(token_logprobs(model, enc["input_ids"], pixel_values=enc["pixel_values"]),
-                           token_logprobs(model2, enc["input_ids"], pixel_values=enc["pixel_values"]))
+        assert torch.equal(
+            token_logprobs(model, enc["input_ids"], pixel_values=enc["pixel_values"]),
+            token_logprobs(model2, enc["input_ids"], pixel_values=enc["pixel_values"]))
     assert model2.lm_head.weight.data_ptr() == model2.get_input_embeddings().weight.data_ptr()
 
 
@@ -177,7 +189,8 @@ def test_the_image_changes_only_the_text_after_it(vlm):
         lb = token_logprobs(model, b["input_ids"], pixel_values=b["pixel_values"])
     ids = a["input_ids"][0].tolist()
     first = ids.index(image_token_id(model))
-    assert torch.equal(la[:, :first + 1], lb[:, :first + 1])  # causal: nothing before the image moves
+    # causal: nothing before the image moves
+    assert torch.equal(la[:, :first + 1], lb[:, :first + 1])
     after = slice(first + 16, None)
     assert (la[:, after] - lb[:, after]).abs().max() > 1e-3
 
@@ -190,10 +203,12 @@ def test_grad_target_mask_and_text_only_rows(vlm):
     tmask = torch.zeros_like(ids, dtype=torch.bool)
     tmask[:, -4:] = True
     model.zero_grad()
-    lp = token_logprobs(model, ids, mask, pixel_values=enc["pixel_values"], target_mask=tmask, chunk_tokens=3)
+    lp = token_logprobs(model, ids, mask, pixel_values=enc["pixel_values"], target_mask=tmask,
+                        chunk_tokens=3)
     assert (lp[~tmask] == 0).all() and (lp[tmask & mask.bool()] < 0).all()
     lp.sum().backward()
-    for part in (model.model.vision_tower, model.model.multi_modal_projector, model.model.language_model):
+    for part in (model.model.vision_tower, model.model.multi_modal_projector,
+                 model.model.language_model):
         assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in part.parameters())
     with torch.no_grad():
         full = token_logprobs(model, ids, mask, pixel_values=enc["pixel_values"])
@@ -265,7 +280,8 @@ def test_clear_errors(vlm, tmp_path):
     with pytest.raises(ValueError, match="text-only model"):
         token_logprobs(text_model, ids, pixel_values=torch.zeros(1, 3, 64, 64))
     with pytest.raises(ValueError, match="text-only"):
-        HFBackend(text_model, tok).generate([[1, 2, 3]], SamplingParams(max_new_tokens=2), images=[[red]])
+        HFBackend(text_model, tok).generate([[1, 2, 3]], SamplingParams(max_new_tokens=2),
+                                            images=[[red]])
     with pytest.raises(ValueError, match="text-only tokenizer"):
         prepare_images(tok, [red])
     text_model.save_pretrained(tmp_path / "text")
@@ -286,7 +302,8 @@ def test_clear_errors(vlm, tmp_path):
         token_logprobs(model, enc["input_ids"], pixel_values=enc["pixel_values"].repeat(2, 1, 1, 1))
     with pytest.raises(ValueError, match="image tokens but 0 image"):
         token_logprobs(model, enc["input_ids"])
-    with pytest.raises(ValueError, match="holds 16 image tokens"):  # sampling checks the same layout
+    # sampling checks the same layout
+    with pytest.raises(ValueError, match="holds 16 image tokens"):
         _sample(model, proc, ["x <image> y"], [[]], max_new_tokens=2)
     with pytest.raises(ValueError, match="vision tower takes 64x64"):
         token_logprobs(model, enc["input_ids"], pixel_values=torch.zeros(1, 3, 32, 32))
@@ -311,12 +328,15 @@ def test_forward_time_batch_of_8(vlm):
     torch.set_num_threads(1)
     try:
         with torch.no_grad():
-            token_logprobs(model, enc["input_ids"], enc["attention_mask"], pixel_values=enc["pixel_values"])
+            token_logprobs(model, enc["input_ids"], enc["attention_mask"],
+                           pixel_values=enc["pixel_values"])
             t = time.perf_counter()
             for _ in range(5):
-                token_logprobs(model, enc["input_ids"], enc["attention_mask"], pixel_values=enc["pixel_values"])
+                token_logprobs(model, enc["input_ids"], enc["attention_mask"],
+                               pixel_values=enc["pixel_values"])
             ms = (time.perf_counter() - t) / 5 * 1000
     finally:
         torch.set_num_threads(threads)
-    print(f"token_logprobs with images, 8 x {enc['input_ids'].shape[1]} tokens + 8 images, 1 thread: {ms:.1f} ms")
+    print(f"token_logprobs with images, 8 x {enc['input_ids'].shape[1]} tokens + 8 images, 1 "
+          f"thread: {ms:.1f} ms")
     assert ms < 1000

@@ -38,7 +38,8 @@ def test_pretrained_base_is_cached_and_reloaded(tmp_path, monkeypatch):
 
 
 def test_pretraining_on_the_training_world_is_refused():
-    for bad in (["sft.pretrain_world_seed=0"], ["sft.pretrain_world_seed=-1", "sft.pretrain_worlds=2"]):
+    for bad in (["sft.pretrain_world_seed=0"],
+                ["sft.pretrain_world_seed=-1", "sft.pretrain_worlds=2"]):
         cfg = apply_overrides(TrainConfig, "tiny", PRE + bad)
         model, tok = build_policy(cfg)
         with pytest.raises(ConfigError, match="must not include env_kwargs.world_seed"):
@@ -58,15 +59,17 @@ def test_sft_across_worlds_plays_each_world(monkeypatch):
         return eps
 
     monkeypatch.setattr(stages, "oracle_episodes", spy)
-    cfg = apply_overrides(TrainConfig, "tiny", PRE + ["sft.pretrain_steps=0", "sft.steps=1", "sft.episodes=4",
-                                                       "sft.worlds=2", "sft.pretrain_world_seed=7"])
+    cfg = apply_overrides(TrainConfig, "tiny",
+                          PRE + ["sft.pretrain_steps=0", "sft.steps=1", "sft.episodes=4",
+                                 "sft.worlds=2", "sft.pretrain_world_seed=7"])
     model, tok = build_policy(cfg)
     m = warm_start(cfg, model, tok, build_envs(cfg, 2), make_envs=build_envs)
     assert [(w, n) for w, n, _ in played] == [(0, 4), (7, 4), (8, 4)]
     assert m["sft/episodes"] == sum(len(q) for *_, q in played) > 8  # all three worlds' transcripts
     assert not played[0][2] & played[1][2]  # other worlds, other questions
-    bad = apply_overrides(TrainConfig, "tiny", PRE + ["sft.pretrain_steps=0", "sft.steps=1", "sft.worlds=2",
-                                                       "sft.pretrain_world_seed=-1"])
+    bad = apply_overrides(TrainConfig, "tiny",
+                          PRE + ["sft.pretrain_steps=0", "sft.steps=1", "sft.worlds=2",
+                                 "sft.pretrain_world_seed=-1"])
     with pytest.raises(ConfigError, match="sft.worlds after it"):
         warm_start(bad, model, tok, build_envs(bad, 2), make_envs=build_envs)
     with pytest.raises(ConfigError, match="sft.worlds=-1"):

@@ -39,12 +39,14 @@ def test_same_seed_same_bytes_and_the_default_worlds_corpus(chain_world, tmp_pat
 def test_every_hop_needs_the_article_before_it(chain_world):
     arts = _articles(chain_world)
     names = {eid: text.split("\n", 1)[0].strip('"') for eid, text in arts.items()}
-    rows = [r for split in ("train", "dev", "test") for r in read_jsonl(chain_world / f"{split}.jsonl")]
+    rows = [r for split in ("train", "dev", "test")
+            for r in read_jsonl(chain_world / f"{split}.jsonl")]
     for r in rows:
         gold, k = r["gold_doc_ids"], r["hops"]
         assert len(gold) == k and r["type"] == f"chain{k}" and len(set(gold)) == k
         assert names[gold[0]] in r["question"]
-        assert not any(names[g] in r["question"] for g in gold[1:]), r  # only the first entity is named
+        # only the first entity is named
+        assert not any(names[g] in r["question"] for g in gold[1:]), r
         for prev, nxt in zip(gold, gold[1:]):
             assert names[nxt] in arts[prev], r  # the next name is read in the previous article
         answer = r["golden_answers"][0]
@@ -54,13 +56,15 @@ def test_every_hop_needs_the_article_before_it(chain_world):
 
 def test_dev_and_test_are_balanced_per_hop_and_train_follows_the_mix(chain_world):
     for split in ("dev", "test"):
-        assert Counter(r["hops"] for r in read_jsonl(chain_world / f"{split}.jsonl")) == {1: 25, 2: 25, 3: 25, 4: 25}
+        assert Counter(r["hops"] for r in read_jsonl(chain_world / f"{split}.jsonl")) == {
+            1: 25, 2: 25, 3: 25, 4: 25}
     train = Counter(r["hops"] for r in read_jsonl(chain_world / "train.jsonl"))
     assert sum(train.values()) == 400
     for k, share in {1: 0.10, 2: 0.20, 3: 0.35, 4: 0.35}.items():
         assert abs(train[k] / 400 - share) < 0.06, train
     meta = json.loads((chain_world / "world.json").read_text())
-    assert meta["questions"] == "chains" and meta["counts"] == {"train": 400, "dev": 100, "test": 100}
+    assert (meta["questions"] == "chains"
+            and meta["counts"] == {"train": 400, "dev": 100, "test": 100})
 
 
 def test_an_exact_name_search_finds_each_hop_despite_the_twins(chain_world):
