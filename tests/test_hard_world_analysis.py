@@ -3,13 +3,10 @@ pilot rule, the bootstrap interval, costs to target and the time-averaged score.
 
 from __future__ import annotations
 
-import csv
-import json
-
 import pytest
+from hard_world_helpers import write_run
 
 from agentsearch.analysis.hard_world import (
-    MACHINE_FILE,
     REFERENCE_S_PER_STEP,
     active_spans,
     area_under,
@@ -32,7 +29,8 @@ def _curve(scores: dict[int, float], seconds_per_step: float = 10.0):
 
 
 def test_pilot_rule_hand_worked():
-    slow = _curve({0: 0.05, 20: 0.10, 40: 0.14, 60: 0.18, 80: 0.20, 100: 0.22, 150: 0.26, 200: 0.30})
+    slow = _curve({0: 0.05, 20: 0.10, 40: 0.14, 60: 0.18, 80: 0.20, 100: 0.22, 150: 0.26,
+                   200: 0.30})
     r = pilot_rule(slow, 200)  # first quarter: steps 20, 40 -> best 0.14 < 0.9 * 0.30
     assert r["accepted"] is True and r["best_early"] == 0.14 and r["final"] == 0.30
     fast = _curve({0: 0.05, 20: 0.28, 40: 0.29, 100: 0.30, 200: 0.30})
@@ -58,27 +56,9 @@ def test_bootstrap_interval_brackets_the_mean_and_collapses_on_one_value():
     assert bootstrap_ci(xs) == (lo, hi)  # seeded
 
 
-def _run(tmp_path, name, evals: dict[int, float], episodes=64, calls=100, sps=5.0, start=None, extra=None):
-    d = tmp_path / name
-    d.mkdir()
-    recs = [{"step": 0, "eval/mean_at_n": evals[0], "time/train_cumulative": 0.0}]
-    for s in range(1, max(evals) + 1):
-        rec = {"step": s, "time/train_cumulative": sps * s, "rollout/episodes": episodes,
-               "rollout/tool_calls": calls, "groups/zero_variance_frac": 0.5, **(extra or {})}
-        if s in evals:
-            rec.update({"eval/mean_at_n": evals[s], "eval/chain4/mean_at_n": evals[s] / 2})
-        recs.append(rec)
-    if start is not None:  # the machine's clock when each record was written
-        for r in recs:
-            r["clock/unix_seconds"] = start + r["time/train_cumulative"]
-    recs.append(dict(recs[3]))  # a step logged twice (a resume) counts once
-    (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
-    return d
-
-
 def test_costs_to_target_and_the_method_table(tmp_path):
-    a = _run(tmp_path, "on_policy_larger-s0", {0: 0.1, 4: 0.2, 8: 0.3}, episodes=96)
-    b = _run(tmp_path, "hdr-s0", {0: 0.1, 4: 0.3, 8: 0.32})
+    a = write_run(tmp_path, "on_policy_larger-s0", {0: 0.1, 4: 0.2, 8: 0.3}, episodes=96)
+    b = write_run(tmp_path, "hdr-s0", {0: 0.1, 4: 0.3, 8: 0.32})
     c = costs_to(load_run(b), 0.3)
     assert c == {"seconds": 20.0, "step": 4, "episodes": 4 * 64.0, "tool_calls": 400.0}
     assert costs_to(load_run(a), 0.9)["seconds"] is None
@@ -92,45 +72,54 @@ def test_costs_to_target_and_the_method_table(tmp_path):
 
 
 def test_active_spans_split_at_long_pauses():
-    recs = [{"clock/unix_seconds": t} for t in (100.0, 160.0, 400.0, 2000.0, 2100.0)] + [{"step": 3}]
+    recs = [{"clock/unix_seconds": t}
+            for t in (100.0, 160.0, 400.0, 2000.0, 2100.0)] + [{"step": 3}]
     assert active_spans(recs, gap=900.0) == [(100.0, 400.0), (2000.0, 2100.0)]
     assert active_spans([{"step": 1}]) == []
 
 
 def test_pace_flags_a_run_slower_than_its_method_and_names_who_shared_the_machine(tmp_path):
     evals = {0: 0.1, 4: 0.2, 8: 0.3}
-    runs = [_run(tmp_path, "hdr-s0", evals, sps=8.0, start=1000.0),  # active 1000-1064
-            _run(tmp_path, "hdr-s1", evals, sps=5.0, start=1050.0),  # 1050-1090
-            _run(tmp_path, "hdr-s2", evals, sps=5.5),  # no stamps (written before 2026-12-02)
-            _run(tmp_path, "on_policy_larger-s0", evals, sps=5.0, start=5000.0)]
+    runs = [write_run(tmp_path, "hdr-s0", evals, sps=8.0, start=1000.0),  # active 1000-1064
+            write_run(tmp_path, "hdr-s1", evals, sps=5.0, start=1050.0),  # 1050-1090
+            write_run(tmp_path, "hdr-s2", evals, sps=5.5),  # no stamps (written before 2026-12-02)
+            write_run(tmp_path, "on_policy_larger-s0", evals, sps=5.0, start=5000.0)]
     rows = {r["run"]: r for r in pace(analyse(runs, label_by="dir"))}
-    assert rows["hdr-s0"]["method_median"] == 5.5 and rows["hdr-s0"]["ratio"] == pytest.approx(8.0 / 5.5)
-    assert rows["hdr-s0"]["slowed"] and not rows["hdr-s1"]["slowed"] and not rows["hdr-s2"]["slowed"]
-    assert rows["hdr-s0"]["shared_with"] == "hdr-s1 (14 s)" and rows["hdr-s1"]["shared_with"] == "hdr-s0 (14 s)"
-    assert rows["on_policy_larger-s0"]["shared_with"] == "" and not rows["on_policy_larger-s0"]["slowed"]
+    assert (rows["hdr-s0"]["method_median"] == 5.5
+            and rows["hdr-s0"]["ratio"] == pytest.approx(8.0 / 5.5))
+    assert (rows["hdr-s0"]["slowed"] and not rows["hdr-s1"]["slowed"]
+            and not rows["hdr-s2"]["slowed"])
+    assert (rows["hdr-s0"]["shared_with"] == "hdr-s1 (14 s)"
+            and rows["hdr-s1"]["shared_with"] == "hdr-s0 (14 s)")
+    assert (rows["on_policy_larger-s0"]["shared_with"] == ""
+            and not rows["on_policy_larger-s0"]["slowed"])
 
 
 def test_the_work_model_prices_tokens_and_flags_the_run_its_work_does_not_explain(tmp_path):
     price = {"tokens/generated": 2e-3, "tokens/scored": 1e-3, "tokens/trained": 5e-4, "step": 1.0}
     evals = {0: 0.1, 4: 0.2, 8: 0.3}
     runs = []
-    for i, (g, sc, t) in enumerate([(1000, 0, 2000), (1500, 800, 2000), (1200, 4000, 2400), (900, 1500, 1800),
-                                    (2000, 2500, 3000), (1100, 300, 2200), (1700, 6000, 2600), (1300, 1000, 1000)]):
+    for i, (g, sc, t) in enumerate([(1000, 0, 2000), (1500, 800, 2000), (1200, 4000, 2400),
+                                    (900, 1500, 1800), (2000, 2500, 3000), (1100, 300, 2200),
+                                    (1700, 6000, 2600), (1300, 1000, 1000)]):
         sps = g * 2e-3 + sc * 1e-3 + t * 5e-4 + 1.0  # compute seconds per step, by the prices above
         env = 0.5 if i == 0 else 0.0  # waiting on tools: measured, not priced
-        runs.append(_run(tmp_path, f"m{i % 2}-s{i}", evals, sps=sps + env, extra={
+        runs.append(write_run(tmp_path, f"m{i % 2}-s{i}", evals, sps=sps + env, extra={
             "tokens/generated": g, "tokens/scored": sc, "tokens/trained": t, "time/env": env}))
     result = analyse(runs, label_by="dir")
     model = work_model([r for m in result["_methods"] for r in m.usable])
     assert model["price"] == {k: pytest.approx(v, rel=1e-6) for k, v in price.items()}
     rows = {r["run"]: r for r in pace(result)}
-    assert rows["m0-s0"]["expected_s_per_step"] == pytest.approx(1000 * 2e-3 + 2000 * 5e-4 + 1.0 + 0.5)
+    assert rows["m0-s0"]["expected_s_per_step"] == pytest.approx(
+        1000 * 2e-3 + 2000 * 5e-4 + 1.0 + 0.5)
     assert all(r["work_ratio"] == pytest.approx(1.0) and not r["slowed"] for r in rows.values())
-    # light work taking 1.5x its price: flagged by its work, though under its method's median (heavier seeds)
-    slow = _run(tmp_path, "m1-s9", evals, sps=1.5 * (600 * 2e-3 + 1000 * 5e-4 + 1.0), extra={
+    # light work taking 1.5x its price: flagged by its work, though under its method's
+    # median (heavier seeds)
+    slow = write_run(tmp_path, "m1-s9", evals, sps=1.5 * (600 * 2e-3 + 1000 * 5e-4 + 1.0), extra={
         "tokens/generated": 600, "tokens/scored": 0, "tokens/trained": 1000})
     rows = {r["run"]: r for r in pace(analyse(runs + [slow], label_by="dir"))}
-    assert rows["m1-s9"]["slowed"] and rows["m1-s9"]["work_ratio"] > 1.2 and rows["m1-s9"]["ratio"] < 1.0
+    assert (rows["m1-s9"]["slowed"] and rows["m1-s9"]["work_ratio"] > 1.2
+            and rows["m1-s9"]["ratio"] < 1.0)
     assert not any(r["slowed"] for name, r in rows.items() if name != "m1-s9")
     assert work_model(result["_runs"][:7]) is None  # fewer than twice as many runs as prices
 
@@ -139,25 +128,31 @@ def test_priced_by_work_takes_the_machines_load_out_of_the_ratios(tmp_path):
     """hdr ran 4x slower a step than on_policy_larger (a loaded machine) on the same work: 1,000
     generated tokens a step at 2 ms plus 1 s a step is 3 s, plus the 0.5 s measured tool wait."""
     work = {"tokens/generated": 1000, "time/env": 0.5}
-    runs = [_run(tmp_path, "on_policy_larger-s0", {0: 0.1, 4: 0.2, 8: 0.3}, sps=5.0, extra=work),
-            _run(tmp_path, "hdr-s0", {0: 0.1, 4: 0.3, 8: 0.32}, sps=20.0, extra=work)]
+    runs = [write_run(tmp_path, "on_policy_larger-s0", {0: 0.1, 4: 0.2, 8: 0.3}, sps=5.0,
+                      extra=work),
+            write_run(tmp_path, "hdr-s0", {0: 0.1, 4: 0.3, 8: 0.32}, sps=20.0, extra=work)]
     result = analyse(runs, label_by="dir", target_method="on_policy_larger", target_score=0.27)
-    assert {r["method"]: r["ratio"] for r in method_table(result)}["hdr"] == pytest.approx(80.0 / 40.0)
-    rows = {r["method"]: r for r in priced_by_work(result, {"price": {"tokens/generated": 2e-3, "step": 1.0}})}
+    assert {r["method"]: r["ratio"]
+            for r in method_table(result)}["hdr"] == pytest.approx(80.0 / 40.0)
+    rows = {r["method"]: r for r in priced_by_work(
+        result, {"price": {"tokens/generated": 2e-3, "step": 1.0}})}
     # 3.5 s a step for both: on_policy_larger reaches 0.27 at step 8 (28 s), hdr at step 4 (14 s)
     assert rows["on_policy_larger"]["time_to_target"] == pytest.approx(28.0)
-    assert rows["hdr"]["time_to_target"] == pytest.approx(14.0) and rows["hdr"]["ratio"] == pytest.approx(0.5)
-    assert rows["hdr"]["to_reference"] == pytest.approx(0.5) and rows["hdr"]["train_seconds"] == pytest.approx(28.0)
+    assert (rows["hdr"]["time_to_target"] == pytest.approx(14.0)
+            and rows["hdr"]["ratio"] == pytest.approx(0.5))
+    assert (rows["hdr"]["to_reference"] == pytest.approx(0.5)
+            and rows["hdr"]["train_seconds"] == pytest.approx(28.0))
     assert rows["hdr"]["same_seed"] == pytest.approx(0.5)
     assert priced_by_work(result, None) == []  # too few runs to price the work: no table
     # a second, harder seed (on_policy_larger reaches 0.27 at step 8 = 28 s and hdr at step 8 too):
     # the mean over seeds is (14 + 28) / 2 = 21 s against 28 s (0.75); the same seeds' mean
     # ratio is (0.5 + 1.0) / 2 = 0.75 too; hdr-s2, with no on_policy_larger seed 2, is left out
-    runs += [_run(tmp_path, "on_policy_larger-s1", {0: 0.1, 4: 0.1, 8: 0.3}, extra=work),
-             _run(tmp_path, "hdr-s1", {0: 0.1, 4: 0.2, 8: 0.3}, extra=work),
-             _run(tmp_path, "hdr-s2", {0: 0.1, 4: 0.3, 8: 0.3}, extra=work)]
+    runs += [write_run(tmp_path, "on_policy_larger-s1", {0: 0.1, 4: 0.1, 8: 0.3}, extra=work),
+             write_run(tmp_path, "hdr-s1", {0: 0.1, 4: 0.2, 8: 0.3}, extra=work),
+             write_run(tmp_path, "hdr-s2", {0: 0.1, 4: 0.3, 8: 0.3}, extra=work)]
     result = analyse(runs, label_by="dir", target_method="on_policy_larger", target_score=0.27)
-    rows = {r["method"]: r for r in priced_by_work(result, {"price": {"tokens/generated": 2e-3, "step": 1.0}})}
+    rows = {r["method"]: r for r in priced_by_work(
+        result, {"price": {"tokens/generated": 2e-3, "step": 1.0}})}
     assert rows["hdr"]["time_to_target"] == pytest.approx((14 + 28 + 14) / 3)
     assert rows["hdr"]["same_seed"] == pytest.approx(0.75)
 
@@ -169,7 +164,8 @@ def test_nonnegative_least_squares_against_hand_worked_numbers_and_its_optimalit
     # free least squares: (2, -1); with the second price held at 0 the first is (2 + 1) / 2
     assert nonnegative_lstsq(x, y).tolist() == pytest.approx([1.5, 0.0])
     rng = np.random.default_rng(0)
-    x = rng.random((12, 4)) + np.outer(rng.random(12), [1.0, 1.0, 1.0, 0.0])  # nearly collinear columns
+    # nearly collinear columns
+    x = rng.random((12, 4)) + np.outer(rng.random(12), [1.0, 1.0, 1.0, 0.0])
     y = x @ np.array([2.0, 0.5, -0.3, 1.0]) + 0.01 * rng.standard_normal(12)
     p = nonnegative_lstsq(x, y)
     grad = x.T @ (x @ p - y)  # [4]: >= 0 where a price is held at 0, 0 where it is free
@@ -177,186 +173,47 @@ def test_nonnegative_least_squares_against_hand_worked_numbers_and_its_optimalit
     assert np.all(grad[p == 0] >= -1e-9) and np.allclose(grad[p > 0], 0.0, atol=1e-8)
 
 
-def test_a_held_suite_starts_no_run(tmp_path):
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    suite = tmp_path / "lat-0"
-    suite.mkdir()
-    (suite / "HOLD").touch()  # what a session does before it ends
-    script = Path(__file__).resolve().parent.parent / "scripts" / "experiments" / "hard_world.py"
-    res = subprocess.run([sys.executable, str(script), "compare", "--out", str(tmp_path), "--steps", "2", "--lr",
-                          "1e-3", "--latency", "none", "--to", str(tmp_path / "archive"), "--allow-dirty"],
-                         capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-2000:]
-    line = json.loads(res.stdout.strip().splitlines()[-1])
-    assert line["runs"] == 9 * 3 + 3 * 2 and len(line["held"]) == line["runs"] and line["failed"] == []
-    assert "hdr-s4" in line["held"] and sorted(p.name for p in suite.iterdir()) == ["HOLD", "suite.json"]
-    res = subprocess.run([sys.executable, str(script), "compare", "--out", str(tmp_path), "--steps", "2", "--lr",
-                          "1e-3", "--latency", "none", "--to", str(tmp_path / "archive"), "--allow-dirty", "--methods", "sweep",
-                          "--key", ""], capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert json.loads(res.stdout.strip().splitlines()[-1])["runs"] == 5 * 3  # the sweep joins the suite
-    listed = json.loads((suite / "suite.json").read_text())
-    assert len(listed["commands"]) == 2 and len(listed["runs"]) == 9 * 3 + 3 * 2 + 4 * 3  # hdr's runs are shared
-    assert "replay.tau=1e-1" in listed["runs"]["hdr_tau1e-1-s2"]
-
-
 def test_seconds_are_scaled_by_the_last_calibration_before_the_run(tmp_path):
-    cals = [{"unix": 900.0, "s_per_step": 2 * REFERENCE_S_PER_STEP}, {"unix": 4000.0, "s_per_step": REFERENCE_S_PER_STEP},
+    cals = [{"unix": 900.0, "s_per_step": 2 * REFERENCE_S_PER_STEP},
+            {"unix": 4000.0, "s_per_step": REFERENCE_S_PER_STEP},
             {"unix": 6000.0, "s_per_step": 0.5 * REFERENCE_S_PER_STEP}]
     recs = [{"clock/unix_seconds": t} for t in (5000.0, 5100.0)]
-    assert calibration_factor(recs, cals) == 1.0  # the one at 4000, not 900 (older) nor 6000 (after)
-    assert calibration_factor(recs, cals[:1]) == 0.5 and calibration_factor([{"step": 1}], cals) is None
+    # the one at 4000, not 900 (older) nor 6000 (after)
+    assert calibration_factor(recs, cals) == 1.0
+    assert (calibration_factor(recs, cals[:1]) == 0.5
+            and calibration_factor([{"step": 1}], cals) is None)
     assert calibration_factor(recs, cals[2:]) is None  # only a calibration after the run started
     evals = {0: 0.1, 4: 0.2, 8: 0.3}
-    runs = [_run(tmp_path, "hdr-s0", evals, sps=10.0, start=1000.0),  # a machine 2x slower: 10 -> 5 s
-            _run(tmp_path, "hdr-s1", evals, sps=5.0, start=5000.0)]
+    # a machine 2x slower: 10 -> 5 s
+    runs = [write_run(tmp_path, "hdr-s0", evals, sps=10.0, start=1000.0),
+            write_run(tmp_path, "hdr-s1", evals, sps=5.0, start=5000.0)]
     result = analyse(runs, label_by="dir", time_scale=lambda r: calibration_factor(r.records, cals))
     assert result["time_scale"] == {"hdr-s0": 0.5, "hdr-s1": 1.0}
-    assert [p[0] for p in result["_runs"][0].points] == [0.0, 20.0, 40.0]  # every second scaled, not only the pace
+    # every second scaled, not only the pace
+    assert [p[0] for p in result["_runs"][0].points] == [0.0, 20.0, 40.0]
     rows = {r["run"]: r for r in pace(result)}
-    assert rows["hdr-s0"]["factor"] == 0.5 and rows["hdr-s0"]["s_per_step"] == 5.0 and rows["hdr-s1"]["factor"] == 1.0
-    assert rows["hdr-s0"]["ratio"] == 1.0 and not rows["hdr-s0"]["slowed"]  # slower machine, not a slowed run
+    assert (rows["hdr-s0"]["factor"] == 0.5 and rows["hdr-s0"]["s_per_step"] == 5.0
+            and rows["hdr-s1"]["factor"] == 1.0)
+    # slower machine, not a slowed run
+    assert rows["hdr-s0"]["ratio"] == 1.0 and not rows["hdr-s0"]["slowed"]
 
 
 def test_seconds_waiting_on_the_environment_are_not_scaled(tmp_path):
     from agentsearch.analysis.pareto import rescaled
 
-    run = load_run(_run(tmp_path, "hdr-s0", {0: 0.1, 4: 0.2, 8: 0.3}, sps=5.0, extra={"time/env": 1.0}))
+    run = load_run(write_run(tmp_path, "hdr-s0", {0: 0.1, 4: 0.2, 8: 0.3}, sps=5.0,
+                        extra={"time/env": 1.0}))
     # step 4: 20 s, of which 4 s waiting on tools (kept) and 16 s of compute (halved): 4 + 8
     assert rescaled(run, 0.5) == [(0.0, 0.1, 0), (12.0, 0.2, 4), (24.0, 0.3, 8)]
 
 
 def test_a_pinned_calibration_places_a_run_without_stamps():
-    cals = [{"unix": 900.0, "s_per_step": 2 * REFERENCE_S_PER_STEP}, {"unix": 4000.0, "s_per_step": REFERENCE_S_PER_STEP}]
+    cals = [{"unix": 900.0, "s_per_step": 2 * REFERENCE_S_PER_STEP},
+            {"unix": 4000.0, "s_per_step": REFERENCE_S_PER_STEP}]
     unstamped = [{"step": 1}]
-    assert calibration_factor(unstamped, cals) is None and calibration_factor(unstamped, cals, pinned=900.0) == 0.5
+    assert (calibration_factor(unstamped, cals) is None
+            and calibration_factor(unstamped, cals, pinned=900.0) == 0.5)
     stamped = [{"clock/unix_seconds": 5000.0}]
     assert calibration_factor(stamped, cals, pinned=900.0) == 0.5  # the pin wins over the stamps
     with pytest.raises(ValueError, match="no calibration made at unix 123"):
         calibration_factor(unstamped, cals, pinned=123)
-
-
-def test_calibrate_measures_the_reference_workload(tmp_path):
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parent.parent / "scripts" / "experiments" / "hard_world.py"
-    res = subprocess.run([sys.executable, str(script), "calibrate", "--out", str(tmp_path), "--steps", "1",
-                          "--allow-dirty"],
-                         capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-2000:]
-    line = json.loads(res.stdout.strip().splitlines()[-1])
-    saved = list((tmp_path / "calibration").glob("*.json"))
-    assert [p.name for p in (tmp_path / "calibration").iterdir()] == [saved[0].name]  # run folders removed
-    assert json.loads(saved[0].read_text()) == line and line["steps"] == 1 and line["s_per_step"] > 0
-    assert line["tokens_per_step"] > 0 and line["s_per_step"] >= line["phases"]["update"] > 0
-    import torch
-
-    assert line["cpu_capability"] == torch.backends.cpu.get_cpu_capability()  # seeded runs replay within one
-
-
-def test_the_report_command_writes_the_tables_for_a_suite(tmp_path):
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    suite = tmp_path / "lat-0.2"
-    suite.mkdir()
-    _run(suite, "on_policy_larger-s0", {0: 0.1, 4: 0.2, 8: 0.3}, extra={"replay/accept_rate": 0.0,
-                                                                     "replay/scan_depth": 0})  # logged, no replay
-    _run(suite, "hdr-s0", {0: 0.1, 4: 0.3, 8: 0.32}, start=1000.0,
-         extra={"replay/accept_rate": 0.4, "replay/scan_depth": 10, "replay/accepted": 4, "replay/age_mean": 3.0})
-    final = {"dev_n8": {"pass_at_1": 0.3, "pass_at_4": 0.5, "pass_at_8": 0.6},
-             "diagnose": {"table": {"natural": {"all": 0.4}},
-                          "hops": {"chain3": {"hop2": 0.9, "hop3": 0.7}, "chain4": {"hop2": 0.7, "hop3": 0.9, "hop4": 0.5}}},
-             "unseen_world": {"mean_at_n": 0.02}}
-    pinned = _run(suite, "naive-s0", {0: 0.1, 4: 0.2, 8: 0.25})  # no stamps, but known to be from that machine
-    (pinned / MACHINE_FILE).write_text('{"calibration_unix": 500}')
-    for name in ("hdr-s0", "on_policy_larger-s0", "naive-s0"):  # finished: their final models evaluated
-        (suite / name / "final_evals.json").write_text(json.dumps(final))
-    _run(suite, "hdr-s1", {0: 0.1, 4: 0.0})  # still training (no final evals): left out
-    (tmp_path / "calibration").mkdir()  # this machine ran the reference at half the reference's speed
-    (tmp_path / "calibration" / "500.json").write_text(json.dumps({"unix": 500, "s_per_step": 2 * REFERENCE_S_PER_STEP}))
-    script = Path(__file__).resolve().parent.parent / "scripts" / "experiments" / "hard_world.py"
-    res = subprocess.run([sys.executable, str(script), "report", str(suite)], capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr[-2000:]
-    line = json.loads(res.stdout.strip().splitlines()[-1])
-    assert line["ok"] and line["target"]["score"] == pytest.approx(0.27)  # 90% of on_policy_larger's final
-    assert line["unfinished"] == ["hdr-s1"] and "left out, not finished: hdr-s1" in res.stderr
-    # predict: the same runs under a free service (0 s a call) give the report's ratios
-    res = subprocess.run([sys.executable, str(script), "predict", str(suite), "--mean", "0"], capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr[-2000:]
-    pred = {m["method"]: m for m in json.loads(res.stdout.strip().splitlines()[-1])["methods"]}
-    assert pred["hdr"]["ratio"] == pytest.approx(0.25) and pred["on_policy_larger"]["to_reference"] == 1.0
-    # --measured: a suite's runs (finished or not) against their twins', here the same runs
-    res = subprocess.run([sys.executable, str(script), "predict", str(suite), "--mean", "0", "--measured", str(suite)],
-                         capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr[-2000:]
-    rows = [json.loads(x) for x in res.stdout.strip().splitlines()[1:]]
-    assert sorted(r["run"] for r in rows if "run" in r) == ["hdr-s0", "naive-s0", "on_policy_larger-s0"]  # hdr-s1: no twin
-    assert all(r["max_eval_difference"] == 0 and r["priced"] is None for r in rows if "run" in r)
-    pair = next(r for r in rows if r.get("pair") == "hdr-s0 / on_policy_larger-s0")
-    assert pair["measured"] == pytest.approx(0.25) and pair["predicted"] == pytest.approx(0.25)
-    assert (suite / "analysis" / "measured.jsonl").read_text().count("\n") == len(rows)
-    res = subprocess.run([sys.executable, str(script), "predict", str(suite), "--mean", "0", "--priced-by", str(suite)],
-                         capture_output=True, text=True)  # three runs are too few to fit prices: a clear refusal
-    assert res.returncode != 0 and "too few finished runs" in res.stderr
-    hdr = line["methods"]["hdr"]
-    # hdr reaches 0.3 at step 4 (on_policy_larger at 8) on a machine 2x slower than the reference: 4/8 x 0.5
-    assert hdr["ratio_to_90pct"] == 0.25 and hdr["ratio_to_100pct"] == 0.25 and hdr["reached"] == "1/1"
-    assert line["methods"]["on_policy_larger"]["ratio_to_90pct"] == 1.0  # 0.3 at step 8 is its first >= 0.27
-    table = (suite / "analysis" / "hard_world.md").read_text()
-    assert "| hdr | 1 | 0.320 ± 0.000 | [0.320, 0.320] |" in table
-    assert (suite / "analysis" / "pareto.png").exists() and (suite / "analysis" / "hard_world.csv").exists()
-    # 5 s a step scaled to the reference; three runs are too few for the work model ("-")
-    assert "| hdr-s0 | 2.50 | 0.500 | - | - | 2.50 | 1.00 |  | - |" in table
-    assert "| on_policy_larger-s0 | 5.00 | - | - | - | 5.00 | 1.00 |  | - |" in table  # no stamps: not scaled
-    assert "| naive-s0 | 2.50 | 0.500 | - | - | 2.50 | 1.00 |  | - |" in table  # no stamps, pinned: scaled
-    assert (suite / "analysis" / "pace.csv").exists()
-    # the final models: hop 2 and 3 pooled over k = 3 and 4 ((0.9 + 0.7) / 2 each)
-    assert "| hdr | 1 | 0.300 | 0.500 | 0.600 | 0.400 | 0.020 | 0.800 | 0.800 | 0.500 |" in table
-    replay = table.split("Replay:")[1].split("Final models")[0]  # only the runs that replay
-    assert [x for x in replay.splitlines() if x.startswith("| ") and "---" not in x][1:] == [
-        "| hdr | 1 | 0.400 | 10.00 | 4.00 | 3.0 | 0.320 | 0.25 |"]
-    with open(suite / "analysis" / "replay_runs.csv") as f:  # the same, run by run (a sweep's seeds)
-        assert [(r["run"], r["seed"], r["accept"], r["scanned"], r["step_to_target"]) for r in csv.DictReader(f)] == [
-            ("hdr-s0", "0", "0.4", "10.0", "4")]
-
-
-def test_archive_and_restore_carry_finished_runs_without_weights(tmp_path):
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from agentsearch.recipes.runner import run_finished
-
-    suite = tmp_path / "runs" / "lat-0"
-    suite.mkdir(parents=True)
-    run = _run(suite, "hdr-s0", {0: 0.1, 4: 0.3})
-    (run / "config.yaml").write_text("seed: 0\n")
-    (run / "final").mkdir()
-    (run / "final_evals.json").write_text('{"dev_n8": {}}')
-    (run / MACHINE_FILE).write_text('{"calibration_unix": 1000, "why": "no stamps"}')
-    (run / "provenance.json").write_text('{"sessions": [{"git": "abc", "citable": true}]}')
-    _run(suite, "on_policy-s0", {0: 0.1, 4: 0.2})  # unfinished: not archived
-    (tmp_path / "runs" / "calibration").mkdir()  # the machine's calibration goes along
-    (tmp_path / "runs" / "calibration" / "1000.json").write_text('{"unix": 1000, "s_per_step": 6.0}')
-    script = Path(__file__).resolve().parent.parent / "scripts" / "experiments" / "hard_world.py"
-    store = tmp_path / "archive"
-    res = subprocess.run([sys.executable, str(script), "archive", str(suite), "--to", str(store)],
-                         capture_output=True, text=True)
-    assert res.returncode == 0 and json.loads(res.stdout)["runs"] == ["lat-0/hdr-s0"], res.stderr[-1500:]
-    back = tmp_path / "next_session"
-    res = subprocess.run([sys.executable, str(script), "restore", "--source", str(store), "--out", str(back)],
-                         capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr[-1500:]
-    again = back / "lat-0" / "hdr-s0"
-    assert run_finished(again) and not (again / "final").exists()
-    assert (again / "metrics.jsonl").read_bytes() == (run / "metrics.jsonl").read_bytes()
-    assert json.loads((back / "calibration" / "1000.json").read_text()) == {"unix": 1000, "s_per_step": 6.0}
-    assert json.loads((again / MACHINE_FILE).read_text())["calibration_unix"] == 1000  # the pin goes along
-    assert json.loads((again / "provenance.json").read_text())["sessions"][0]["git"] == "abc"  # and the revision

@@ -1,13 +1,13 @@
-"""HeadroomDriftBuffer and its baselines: selection semantics, ingress, FIFO, stats, state."""
+"""HeadroomDriftBuffer and its baselines: selection semantics, FIFO, stats
+(test_replay_ingress_and_state.py: what gets in, and the checkpoint state)."""
 
 from __future__ import annotations
 
-import io
-import logging
 import math
 
 import pytest
 import torch
+from replay_buffer_helpers import MASK, FakeScorer, N, T, filled, group
 
 from agentsearch.replay import (
     HeadroomDriftBuffer,
@@ -17,47 +17,6 @@ from agentsearch.replay import (
     make_replay,
     replay_kinds,
 )
-
-N, T = 2, 4
-MASK = torch.tensor([[0, 1, 1, 0], [0, 1, 1, 1]], dtype=torch.bool)  # 5 policy tokens
-
-
-def group(pid, p=0.5, *, step=0, adv=(1.0, 1.0), rewards=(1.0, 0.0), correct=None):
-    """A group whose policy tokens all have probability p under the generator.
-
-    With both advantages positive, its reference headroom is 1 - p.
-    """
-    return ReplayGroup(prompt_id=pid, token_ids=torch.arange(N * T).view(N, T),
-                       action_mask=MASK, gen_logprobs=torch.full((N, T), math.log(p)),
-                       advantages=torch.tensor(adv), rewards=torch.tensor(rewards),
-                       answer_correct=None if correct is None else torch.tensor(correct),
-                       born_step=step)
-
-
-class FakeScorer:
-    """score_fn whose current logprobs are gen + shift[pid] on every token; records calls.
-
-    A shift s gives drift_l2 = s**2 and current p = p_gen * exp(s).
-    """
-
-    def __init__(self, shifts=None):
-        self.shifts = shifts or {}
-        self.calls: list[list] = []
-
-    def __call__(self, groups):
-        self.calls.append([g.prompt_id for g in groups])
-        return [g.gen_logprobs + self.shifts.get(g.prompt_id, 0.0) for g in groups]
-
-    @property
-    def scanned(self):
-        return [pid for call in self.calls for pid in call]
-
-
-def filled(buf, ps, step=0):
-    """Add one group per p (prompt ids 0..), at `step`; return them."""
-    gs = [group(i, p, step=step) for i, p in enumerate(ps)]
-    assert buf.add(gs, step) == len(gs)
-    return gs
 
 
 def test_add_sets_reference_headroom_and_fifo_order():
@@ -108,13 +67,15 @@ def test_drift_by_age_of_the_scanned_groups():
     buf.add([group(2, 0.3, step=3), group(3, 0.4, step=3)], 3)  # born at step 3
     scorer = FakeScorer({0: 0.2, 1: 0.15, 2: 0.05, 3: -0.05})  # drift = shift**2
     sel = buf.select(scorer, step=5)  # one chunk scans all four: ages 5, 5, 2, 2
-    assert sel.scanned == 4 and [g.prompt_id for g in sel.accepted] == [2]  # 0 and 1 drifted past tau
+    # 0 and 1 drifted past tau
+    assert sel.scanned == 4 and [g.prompt_id for g in sel.accepted] == [2]
     assert sel.stats["replay/drift_age_4_7"] == pytest.approx((0.04 + 0.0225) / 2, rel=1e-4)
     assert sel.stats["replay/drift_age_2_3"] == pytest.approx(0.0025, rel=1e-4)
     assert "replay/drift_age_1" not in sel.stats and "replay/drift_age_16up" not in sel.stats
     naive = make_replay("naive", capacity=20, k_rep=1)
     filled(naive, [0.1, 0.2])
-    assert not any(k.startswith("replay/drift_age") for k in naive.select(None, step=5).stats)  # scores nothing
+    # scores nothing
+    assert not any(k.startswith("replay/drift_age") for k in naive.select(None, step=5).stats)
 
 
 def test_cache_refresh_for_scanned_groups_only_and_replay_counts():
@@ -129,7 +90,8 @@ def test_cache_refresh_for_scanned_groups_only_and_replay_counts():
     # current p: pid 0 -> 0.1 * e^0.5 = 0.16487 -> headroom 0.83513; pid 1 -> 0.4 -> 0.6
     assert gs[0].cached_headroom == pytest.approx(1 - 0.1 * math.exp(0.5), abs=1e-6)
     assert gs[1].cached_headroom == pytest.approx(0.6, abs=1e-6)
-    assert gs[2].cached_headroom == pytest.approx(ref[2]) and gs[3].cached_headroom == pytest.approx(ref[3])
+    assert (gs[2].cached_headroom == pytest.approx(ref[2])
+            and gs[3].cached_headroom == pytest.approx(ref[3]))
     assert [g.replay_count for g in gs] == [0, 0, 1, 0]
     # unscanned groups keep their cache: with k_rep = 1 and all groups passing, only the
     # first chunk is scanned
@@ -172,82 +134,6 @@ def test_fifo_eviction_at_capacity():
     assert [g.prompt_id for g in buf.groups] == [11, 12, 13]
 
 
-def test_ingress_filter_mixed_outcomes_only():
-    buf = HeadroomDriftBuffer(capacity=10, k_rep=1, tau=1.0, success_threshold=0.5)
-    offered = [
-        group("mixed", rewards=(1.0, 0.0)),
-        group("all_win", rewards=(1.0, 0.9)),
-        group("all_lose", rewards=(0.0, 0.2)),
-        group("at_threshold", rewards=(0.5, 1.0)),           # 0.5 is not > 0.5: mixed
-    ]
-    assert buf.add(offered, step=0) == 2
-    assert [g.prompt_id for g in buf.groups] == ["mixed", "at_threshold"]
-    m = buf.metrics()
-    assert (m["replay/ingress"], m["replay/ingress_offered"]) == (2.0, 4.0)
-    assert (m["replay/ingress_all_success"], m["replay/ingress_all_fail"]) == (1.0, 1.0)
-
-
-def _with_logprob(g, row, col, value):
-    lp = g.gen_logprobs.clone()
-    lp[row, col] = value
-    g.gen_logprobs = lp
-    return g
-
-
-def test_ingress_refuses_nonfinite_generation_logprobs(caplog):
-    buf = HeadroomDriftBuffer(capacity=10, k_rep=4, tau=math.inf)
-    offered = [
-        group("ok"),
-        _with_logprob(group("nan"), 0, 1, math.nan),              # policy token (MASK[0, 1])
-        _with_logprob(group("-inf"), 1, 3, -math.inf),            # policy token (MASK[1, 3])
-        _with_logprob(group("nan_off_policy"), 0, 0, math.nan),   # prompt token: never used
-        _with_logprob(group("nan_all_lose", rewards=(0.0, 0.0)), 1, 2, math.nan),
-    ]
-    with caplog.at_level(logging.WARNING, logger="agentsearch.replay"):
-        assert buf.add(offered, step=0) == 2
-    assert [g.prompt_id for g in buf.groups] == ["ok", "nan_off_policy"]
-    assert all(math.isfinite(g.cached_headroom) for g in buf.groups)
-    m = buf.metrics()
-    assert (m["replay/ingress_nonfinite"], m["replay/ingress_nonfinite_total"]) == (3.0, 3.0)
-    assert (m["replay/ingress"], m["replay/ingress_offered"], m["replay/ingress_all_fail"]) == (2.0, 5.0, 0.0)
-    assert any("nan/inf" in r.getMessage() for r in caplog.records)
-    buf.add([group("ok2"), _with_logprob(group("nan2"), 1, 1, math.inf)], step=1)
-    m = buf.metrics()
-    assert (m["replay/ingress_nonfinite"], m["replay/ingress_nonfinite_total"]) == (1.0, 4.0)
-    assert buf.select(FakeScorer(), step=2).stats["replay/ingress_nonfinite_total"] == 4.0
-    # the lifetime count survives a checkpoint; a state saved without it loads as 0
-    fresh = HeadroomDriftBuffer(capacity=10, k_rep=4, tau=math.inf)
-    fresh.load_state_dict(buf.state_dict())
-    assert fresh.metrics()["replay/ingress_nonfinite_total"] == 4.0
-    old = {k: v for k, v in buf.state_dict().items() if k != "ingress_nonfinite"}
-    fresh.load_state_dict(old)
-    assert fresh.metrics()["replay/ingress_nonfinite_total"] == 0.0
-
-
-def test_answer_correct_overrides_format_inflated_rewards():
-    buf = HeadroomDriftBuffer(capacity=10, k_rep=1, tau=1.0, success_threshold=0.0)
-    # every response earned a 0.2 format reward (> threshold), but only one is correct
-    fmt_mixed = group("fmt_mixed", rewards=(0.2, 0.2), correct=(True, False))
-    # rewards say mixed/high, answers say all wrong -> no learning signal -> rejected
-    all_wrong = group("all_wrong", rewards=(1.0, 0.2), correct=(False, False))
-    all_right = group("all_right", rewards=(0.0, 0.0), correct=(True, True))
-    assert buf.add([fmt_mixed, all_wrong, all_right], step=0) == 1
-    assert [g.prompt_id for g in buf.groups] == ["fmt_mixed"]
-
-
-def test_ingress_drought_metric_and_warning(caplog):
-    buf = HeadroomDriftBuffer(capacity=10, k_rep=1, tau=1.0, drought_steps=3)
-    buf.add([group("a")], 0)
-    with caplog.at_level(logging.WARNING, logger="agentsearch.replay"):
-        for step in range(1, 4):
-            buf.add([group("z", rewards=(0.0, 0.0))], step)
-            assert buf.metrics()["replay/ingress_drought"] == float(step >= 3)
-    assert buf.metrics()["replay/steps_since_ingress"] == 3.0
-    assert len([r for r in caplog.records if "drought" in r.getMessage()]) == 1
-    buf.add([group("b")], 4)
-    assert buf.metrics()["replay/ingress_drought"] == 0.0
-
-
 def test_l1_gate_variant_lets_cancelling_gaps_through():
     class Alternating(FakeScorer):
         def __call__(self, groups):  # d = +0.3 on one token, -0.3 on the next...
@@ -267,7 +153,8 @@ def test_l1_gate_variant_lets_cancelling_gaps_through():
     # policy tokens: +0.3, -0.3 | +0.3, -0.3, 0 -> l2 = 4 * 0.09 / 5 = 0.072; l1 = 0
     assert l2.select(Alternating(), 1).accepted == []
     sel = l1.select(Alternating(), 1)
-    assert len(sel.accepted) == 1 and sel.stats["replay/drift_accepted"] == pytest.approx(0, abs=1e-7)
+    assert (len(sel.accepted) == 1
+            and sel.stats["replay/drift_accepted"] == pytest.approx(0, abs=1e-7))
     assert sel.stats["replay/kl"] == pytest.approx(0.5 * 0.072, rel=1e-4)  # KL stays l2-based
 
 
@@ -294,7 +181,8 @@ def test_baselines_share_the_core_and_differ_in_order_and_gate():
     orders = [run("drift_only", seed=s) for s in range(8)]
     for picked, scorer in orders:
         assert len(picked) == 2 and all(p % 2 == 1 for p in picked)  # gate holds
-        assert picked == [p for p in scorer.scanned if p % 2 == 1][:2]  # first feasible in scan order
+        # first feasible in scan order
+        assert picked == [p for p in scorer.scanned if p % 2 == 1][:2]
     scans = [tuple(scorer.scanned) for _, scorer in orders]
     assert any(list(s) != sorted(s) for s in scans) and len(set(scans)) > 1  # random order
     none = make_replay("none")
@@ -344,47 +232,6 @@ def test_age_and_exposure_stats():
     # counts {0: 15, 1: 3, 5: 1, 10: 1}: 20 groups -> the top 2 have 10 + 5 of 18 replays
     assert exposure_concentration({0: 15, 1: 3, 5: 1, 10: 1}) == pytest.approx(15 / 18)
     assert exposure_concentration({}) == 0.0
-
-
-def _busy_buffer(kind):
-    buf = make_replay(kind, capacity=6, k_rep=2, tau=1e-2, scan_chunk=2, seed=3)
-    shifts = {i: (0.3 if i % 3 == 0 else 0.05 * (i % 2)) for i in range(40)}
-    pid = 0
-    for step in range(5):
-        buf.select(FakeScorer(shifts), step)
-        buf.add([group(pid + j, 0.05 + 0.09 * ((pid + j) % 10), step=step) for j in range(3)], step)
-        pid += 3
-    return buf, shifts, pid
-
-
-@pytest.mark.parametrize("kind", ["hdr", "drift_only", "naive"])
-def test_state_dict_round_trip_gives_identical_selections(kind):
-    buf, shifts, pid = _busy_buffer(kind)
-    bio = io.BytesIO()
-    torch.save(buf.state_dict(), bio)
-    bio.seek(0)
-    fresh = make_replay(kind, capacity=6, k_rep=2, tau=1e-2, scan_chunk=2, seed=99)
-    fresh.load_state_dict(torch.load(bio, weights_only=False))
-
-    def snapshot(b):
-        return [(g.prompt_id, g.born_step, g.cached_headroom, g.replay_count,
-                 g.token_ids.tolist(), g.gen_logprobs.tolist()) for g in b.groups]
-
-    assert snapshot(fresh) == snapshot(buf)
-    assert fresh.metrics() == buf.metrics()
-    for step in range(5, 9):
-        a, b = buf.select(FakeScorer(shifts), step), fresh.select(FakeScorer(shifts), step)
-        assert [g.prompt_id for g in a.accepted] == [g.prompt_id for g in b.accepted]
-        assert a.scanned == b.scanned and a.stats == b.stats
-        new = [group(pid + j, 0.3, step=step) for j in range(2)]
-        assert buf.add(new, step) == fresh.add([ReplayGroup.from_state_dict(g.state_dict()) for g in new], step)
-        pid += 2
-    assert snapshot(fresh) == snapshot(buf)
-
-
-def test_load_state_dict_rejects_foreign_state():
-    with pytest.raises(ValueError, match="format"):
-        HeadroomDriftBuffer(capacity=1, k_rep=1, tau=1.0).load_state_dict({"groups": []})
 
 
 def test_gate_is_inclusive_at_tau():
