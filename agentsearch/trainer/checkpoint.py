@@ -45,7 +45,8 @@ from agentsearch.core.config import ConfigError
 from agentsearch.core.failpoints import crash_point
 
 __all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "rng_state", "set_rng_state",
-           "trainable_state_dict", "save_final", "save_reference", "load_reference", "checkpoint_problem"]
+           "trainable_state_dict", "save_final", "save_reference", "load_reference",
+           "checkpoint_problem"]
 
 log = logging.getLogger("agentsearch.checkpoint")
 MANIFEST = "MANIFEST.json"
@@ -150,7 +151,8 @@ def checkpoint_problem(path: str | Path) -> str | None:
     """Why the checkpoint folder ``path`` cannot be loaded (a missing or changed file, no
     manifest), or ``None`` when every file matches its manifest."""
     path = Path(path)
-    if not (path / MANIFEST).exists() and (path / "trainer.pt").is_file() and (path / "model.pt").is_file():
+    if not (path / MANIFEST).exists() and (path / "trainer.pt").is_file() \
+            and (path / "model.pt").is_file():
         return None  # written before manifests (renamed into place whole, as now): not verifiable
     try:
         want = json.loads((path / MANIFEST).read_text())
@@ -164,7 +166,8 @@ def checkpoint_problem(path: str | Path) -> str | None:
         if not f.is_file():
             return f"{f} is missing"
         if f.stat().st_size != meta["bytes"] or _sha256(f) != meta["sha256"]:
-            return f"{f} does not match its manifest (size or SHA-256): written partly or changed since"
+            return (f"{f} does not match its manifest (size or SHA-256): written partly or "
+                    "changed since")
     return None
 
 
@@ -179,8 +182,8 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
         problem = checkpoint_problem(path)
         if problem is None:
             if named and path.name != named:
-                log.warning("checkpoints/latest names %s; resuming from %s, the newest intact checkpoint",
-                            named, path.name)
+                log.warning("checkpoints/latest names %s; resuming from %s, the newest intact "
+                            "checkpoint", named, path.name)
             return path
         log.warning("skipping checkpoint %s: %s", path.name, problem)
     return None
@@ -198,7 +201,8 @@ def load_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizer=None,
     weights = torch.load(path / "model.pt", map_location="cpu", weights_only=True)
     missing = set(trainable_state_dict(model)) - set(weights)
     if missing:
-        raise RuntimeError(f"checkpoint {path} does not match the model: missing {sorted(missing)[:3]}...")
+        raise RuntimeError(f"checkpoint {path} does not match the model: missing "
+                           f"{sorted(missing)[:3]}...")
     model.load_state_dict(weights, strict=False)
     # our own file: holds numpy RNG state and optimizer state, so not weights_only
     trainer = torch.load(path / "trainer.pt", map_location="cpu", weights_only=False)
@@ -207,7 +211,8 @@ def load_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizer=None,
     if scheduler is not None and trainer["scheduler"] is not None:
         scheduler.load_state_dict(trainer["scheduler"])
     if replay is not None and (path / "replay.pt").exists():
-        replay.load_state_dict(torch.load(path / "replay.pt", map_location="cpu", weights_only=False))
+        replay.load_state_dict(torch.load(path / "replay.pt", map_location="cpu",
+                                          weights_only=False))
     if not restore_rng:
         return {"step": trainer["step"], **trainer["state"], "rng": trainer["rng"]}
     set_rng_state(trainer["rng"])
@@ -215,7 +220,8 @@ def load_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizer=None,
 
 
 def save_reference(run_dir: str | Path, model: torch.nn.Module) -> None:
-    """Write ``RUN_DIR/reference.pt``: ``model``'s trainable weights, the KL reference (module doc)."""
+    """Write ``RUN_DIR/reference.pt``: ``model``'s trainable weights, the KL reference (module
+    doc)."""
     path = Path(run_dir) / "reference.pt"
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     _save(trainable_state_dict(model), tmp)
@@ -228,8 +234,8 @@ def load_reference(run_dir: str | Path) -> dict[str, torch.Tensor]:
     path = Path(run_dir) / "reference.pt"
     if not path.exists():
         raise ConfigError(f"{path} is missing: a run with kl_coef > 0 writes its KL reference "
-                                "there at step 0; this run was started with kl_coef=0 (or by an older "
-                                "version), so it cannot be resumed with a KL term")
+                          "there at step 0; this run was started with kl_coef=0 (or by an older "
+                          "version), so it cannot be resumed with a KL term")
     return torch.load(path, map_location="cpu", weights_only=True)
 
 

@@ -31,7 +31,8 @@ import numpy as np
 from agentsearch.core.config import ConfigError
 from agentsearch.rollout import EventLoop, SamplingParams, rollout
 
-__all__ = ["evaluate", "eval_settings", "eval_envs", "sample_per_source", "cli_policy", "main", "pass_at_k"]
+__all__ = ["evaluate", "eval_settings", "eval_envs", "sample_per_source", "cli_policy", "main",
+           "pass_at_k"]
 
 PER_SOURCE = ("equal", "proportional", "first")
 
@@ -60,7 +61,8 @@ def eval_envs(cfg, split: str | None = None, questions: str | None = None, limit
     return envs, tasks
 
 
-def sample_per_source(tasks: list[dict], limit: int, how: str = "equal", seed: int = 0) -> list[dict]:
+def sample_per_source(tasks: list[dict], limit: int, how: str = "equal",
+                      seed: int = 0) -> list[dict]:
     """``limit`` of ``tasks`` (0 = all): sampled per ``data_source`` (``how``: ``equal``,
     ``proportional`` or ``first``; see the module docstring), or the first ``limit``."""
     if how not in PER_SOURCE:
@@ -86,7 +88,8 @@ def _quotas(sizes: dict[str, int], limit: int, how: str) -> dict[str, int]:
         total = sum(sizes.values())
         exact = {k: limit * n / total for k, n in sizes.items()}
         take = {k: int(x) for k, x in exact.items()}
-        for k in sorted(sizes, key=lambda k: (-(exact[k] - take[k]), k))[:limit - sum(take.values())]:
+        largest_remainder = sorted(sizes, key=lambda k: (-(exact[k] - take[k]), k))
+        for k in largest_remainder[:limit - sum(take.values())]:
             take[k] += 1
         return take
     take, left, open_ = {}, limit, sorted(sizes)  # equal: fill small sources, share the rest
@@ -138,7 +141,8 @@ def evaluate(backend, envs, tasks: list[dict], *, n: int = 1, temperature: float
     all_vals = [v for vals in per_bucket.values() for v in vals]
     out[f"{prefix}/mean_at_n"] = sum(v[0] for v in all_vals) / max(len(all_vals), 1)
     out[f"{prefix}/best_at_n"] = sum(v[1] for v in all_vals) / max(len(all_vals), 1)
-    out[f"{prefix}/macro_mean_at_n"] = sum(out[f"{prefix}/{b}/mean_at_n"] for b in buckets) / max(len(buckets), 1)
+    out[f"{prefix}/macro_mean_at_n"] = (sum(out[f"{prefix}/{b}/mean_at_n"] for b in buckets)
+                                        / max(len(buckets), 1))
     for k in (1, 4, 8):  # pass@k, the unbiased estimator from n samples (Chen et al. 2021)
         if 1 < k <= n or (k == 1 and n > 1):
             out[f"{prefix}/pass_at_{k}"] = sum(pass_at_k(n, c, k) for c in wins) / max(len(wins), 1)
@@ -167,7 +171,8 @@ def _behaviour(ep) -> tuple[float, float, float]:
     return float(calls), float(answered and calls == 0), float(answered and calls == 1)
 
 
-def write_samples(episodes, tasks: list[dict], n: int, path, *, tokenizer, per_bucket: int = 2) -> None:
+def write_samples(episodes, tasks: list[dict], n: int, path, *, tokenizer,
+                  per_bucket: int = 2) -> None:
     """Decode the first ``per_bucket`` questions of each benchmark (their first sample) into
     the text file ``path``, with the reward, its components and the golden answers."""
     from pathlib import Path
@@ -206,9 +211,11 @@ def cli_policy(a):
         final = Path(a.run) / "final"
         if not final.exists():
             raise FileNotFoundError(f"{a.run} has no final model (did the run finish?)")
-        cfg = apply_overrides(TrainConfig, str(Path(a.run) / "config.yaml"), overrides + [f"init_from={final}"])
+        cfg = apply_overrides(TrainConfig, str(Path(a.run) / "config.yaml"),
+                              overrides + [f"init_from={final}"])
     else:
-        cfg = apply_overrides(TrainConfig, a.preset, overrides + ([f"model={a.model}"] if a.model else []))
+        cfg = apply_overrides(TrainConfig, a.preset,
+                              overrides + ([f"model={a.model}"] if a.model else []))
     if cfg.threads:
         import torch
 
@@ -238,7 +245,8 @@ def main(a) -> int:
         model = model.merge_and_unload()
     split = a.split or cfg.eval.split
     # a questions file (jsonl/parquet), or a split the env knows (train/dev/test; math: champ)
-    questions = split if Path(split).suffix in (".jsonl", ".json", ".parquet") or Path(split).is_file() else None
+    is_file = Path(split).suffix in (".jsonl", ".json", ".parquet") or Path(split).is_file()
+    questions = split if is_file else None
     settings = eval_settings(cfg)
     if a.n is not None:
         settings["n"] = a.n
@@ -253,12 +261,12 @@ def main(a) -> int:
         events.own(backend)
         t0 = time.perf_counter()
         # progress on stderr, one line per turn (terminal or not); stdout stays the JSON alone
-        print(f"[eval] {len(tasks)} questions x {settings['n']} samples, up to {cfg.max_turns} turns",
-              file=sys.stderr, flush=True)
+        print(f"[eval] {len(tasks)} questions x {settings['n']} samples, up to {cfg.max_turns} "
+              "turns", file=sys.stderr, flush=True)
 
         def progress(turn: int, done: int, total: int) -> None:
-            print(f"[eval] turn {turn}: {done}/{total} episodes done ({time.perf_counter() - t0:.0f} s)",
-                  file=sys.stderr, flush=True)
+            print(f"[eval] turn {turn}: {done}/{total} episodes done "
+                  f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
 
         try:
             res = evaluate(backend, envs, tasks, **settings, loop=events, samples_to=a.samples,

@@ -96,9 +96,11 @@ class HealthMonitor:
         if reward is None:
             reward, reward_key = _get(m, "reward/total"), "reward/total"
         correct = _get(m, "rollout/answer_correct")
-        seen = [(k, v) for k, v in ((reward_key, reward), ("rollout/answer_correct", correct)) if v is not None]
+        seen = [(k, v) for k, v in ((reward_key, reward), ("rollout/answer_correct", correct))
+                if v is not None]
         if seen:
-            out["zero_reward"] = (all(v <= 0 for _, v in seen), ", ".join(f"{k}={v:.3g}" for k, v in seen))
+            out["zero_reward"] = (all(v <= 0 for _, v in seen),
+                                  ", ".join(f"{k}={v:.3g}" for k, v in seen))
         if (zv := _get(m, "groups/zero_variance_frac")) is not None:
             out["zero_variance"] = (zv >= 1.0, f"groups/zero_variance_frac={zv:.3g}")
         if (ns := _get(m, "train/skipped_no_signal")) is not None:
@@ -106,7 +108,8 @@ class HealthMonitor:
         if (rate := _get(m, "rollout/tool_error_rate")) is not None:
             calls = _get(m, "rollout/tool_calls")
             bad = rate >= self.tool_error_rate and calls != 0  # no calls: nothing failed
-            out["tool_errors"] = (bad, f"rollout/tool_error_rate={rate:.3g} of {calls or 0:.0f} calls")
+            out["tool_errors"] = (bad, f"rollout/tool_error_rate={rate:.3g} of {calls or 0:.0f} "
+                                       "calls")
         if self.replay_active:
             size, accepted = _get(m, "replay/buffer_size"), _get(m, "replay/accepted")
             seen = [(k, v) for k, v in (("replay/buffer_size", size), ("replay/accepted", accepted))
@@ -137,7 +140,8 @@ class HealthMonitor:
                 if name not in self.active:
                     self.active.add(name)
                     warnings.append(f"health alarm at step {step}: {self._WHAT[name]} for "
-                                    f"{self.counts[name]} consecutive steps ({seen}); {CHECKS[name]}")
+                                    f"{self.counts[name]} consecutive steps ({seen}); "
+                                    f"{CHECKS[name]}")
             else:
                 self.active.discard(name)
         out = {CHECKS[name]: float(n) for name, n in self.counts.items()}

@@ -80,7 +80,8 @@ log = logging.getLogger("agentsearch.train")
 __all__ = ["train", "main"]
 
 
-def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet: bool = False) -> dict:
+def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
+          quiet: bool = False) -> dict:
     """Run (or resume) the training of ``cfg`` in ``run_dir``; returns the last eval's metrics.
     One event loop serves every rollout of the run; it and the envs' clients are closed at
     the end, also when the run fails."""
@@ -88,27 +89,32 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
         return _train(cfg, Path(run_dir), events, resume=resume, quiet=quiet)
 
 
-def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, quiet: bool) -> dict:
+def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
+           quiet: bool) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     dump(cfg, run_dir / "config.yaml")
     seed_everything(cfg.seed)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    outages.configure(budget_s=cfg.reliability.outage_budget_s, warn_every_s=cfg.reliability.warn_every_s)
+    outages.configure(budget_s=cfg.reliability.outage_budget_s,
+                      warn_every_s=cfg.reliability.warn_every_s)
 
     # --- policy, optimizer, replay, generation engine, environments
     model, tok = build_policy(cfg)
     optimizer, scheduler = make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay,
                                           warmup_steps=cfg.warmup_steps)
-    for group in optimizer.param_groups:  # make_optimizer's betas are the warm start's; RL's are set
+    # make_optimizer's betas are the warm start's; RL's are set
+    for group in optimizer.param_groups:
         group["betas"] = tuple(cfg.adam_betas)
     replay = build_replay(cfg)
-    health = HealthMonitor(replay_kind=cfg.replay.kind)  # health/* alarms: a run that learns nothing says so
+    # health/* alarms: a run that learns nothing says so
+    health = HealthMonitor(replay_kind=cfg.replay.kind)
     n_episodes = (cfg.prompts_per_step + cfg.async_.oversample) * cfg.group_size
     envs = build_envs(cfg, n_episodes, split="train")
     events.own(envs)  # their tools and retriever clients close with the loop
     preflight(envs[0], loop=events)
-    sampler = TaskSampler(envs[0].tasks, seed=cfg.seed, skip=cfg.prompt_skip, explore=cfg.prompt_skip_explore)
+    sampler = TaskSampler(envs[0].tasks, seed=cfg.seed, skip=cfg.prompt_skip,
+                          explore=cfg.prompt_skip_explore)
     eval_env_list, eval_tasks = eval_envs(cfg)
     events.own(eval_env_list)
     scorer = make_score_fn(model, temperature=cfg.generation.temperature)
@@ -120,30 +126,37 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
 
     step, state, rng = 0, {"train_cumulative": 0.0, "nonfinite_steps": 0}, None
     if resume and (ckpt := latest_checkpoint(run_dir)) is not None:  # its RNGs are restored last
-        state = load_checkpoint(ckpt, model=model, optimizer=optimizer, scheduler=scheduler, replay=replay,
-                                restore_rng=False)
+        state = load_checkpoint(ckpt, model=model, optimizer=optimizer, scheduler=scheduler,
+                                replay=replay, restore_rng=False)
         step, rng = state["step"], state.pop("rng")
         sampler.load_state_dict(state["sampler"])
         health.load_state_dict(state.get("health", {}))
         log.info("resuming from checkpoint %s", ckpt.name)
     sft_metrics = {}
-    if step == 0 and (cfg.sft.steps > 0 or cfg.sft.pretrain_steps > 0):  # warm start, before anything is measured
+    # warm start, before anything is measured
+    if step == 0 and (cfg.sft.steps > 0 or cfg.sft.pretrain_steps > 0):
         t0 = time.perf_counter()
         sft_metrics = warm_start(cfg, model, tok, envs, make_envs=build_envs)
         sft_metrics["time/sft"] = time.perf_counter() - t0
-        log.info("warm start: %s", ", ".join(f"{k.split('/')[-1]} {v:.4g}" for k, v in sft_metrics.items()))
-    if step == 0 and cfg.kl_coef > 0:  # the KL reference is the policy RL starts from, after the
-        save_reference(run_dir, model)  # warm start; saved once, so a resumed run reads the same one
+        log.info("warm start: %s",
+                 ", ".join(f"{k.split('/')[-1]} {v:.4g}" for k, v in sft_metrics.items()))
+    # the KL reference is the policy RL starts from, after the warm start; saved once, so a
+    # resumed run reads the same one
+    if step == 0 and cfg.kl_coef > 0:
+        save_reference(run_dir, model)
     reference = frozen_reference(model, load_reference(run_dir)) if cfg.kl_coef > 0 else None
     backend = build_backend(cfg, model, tok)
     events.own(backend)  # a vLLM engine shuts down with the run
-    rollouts = StepRollouts(cfg, envs, backend, sampler, events, state)  # phase 1's rollout of each step
-    logger = MetricsLogger(run_dir, tensorboard=cfg.tensorboard, wandb_project=cfg.wandb_project, config=to_dict(cfg))
+    # phase 1's rollout of each step
+    rollouts = StepRollouts(cfg, envs, backend, sampler, events, state)
+    logger = MetricsLogger(run_dir, tensorboard=cfg.tensorboard, wandb_project=cfg.wandb_project,
+                           config=to_dict(cfg))
     logger.truncate_after(step if step > 0 else -1)  # from scratch: step 0's record is logged again
     timer = PhaseTimer(state["train_cumulative"])
     progress = Progress(cfg.steps, "train", start=step, every=5, enabled=not quiet)
     trainable, total = count_parameters(model)
-    log.info("model %s: %d/%d trainable parameters; replay=%s", cfg.model, trainable, total, cfg.replay.kind)
+    log.info("model %s: %d/%d trainable parameters; replay=%s", cfg.model, trainable, total,
+             cfg.replay.kind)
 
     def run_eval() -> dict:  # a few decoded episodes go to RUN_DIR/samples/step-N.txt
         with timer.phase("eval"), rollouts.held():  # groups in play wait
@@ -152,7 +165,8 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
 
     def ref_logprobs(ids, attn, mask):
         with reference_policy(reference) as ref:
-            return token_logprobs(ref, ids, attn, temperature=cfg.generation.temperature, target_mask=mask)
+            return token_logprobs(ref, ids, attn, temperature=cfg.generation.temperature,
+                                  target_mask=mask)
 
     last = {}
     if step == 0:
@@ -171,12 +185,15 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
     overlap = cfg.async_.max_staleness >= 1  # the next step's rollout runs while this step updates
     learner = worker_thread("agentsearch-train") if overlap else None
     events.own(learner)
-    ahead = outage = None  # outage: an infra outage past its budget stops the run after a checkpoint
-    if rng is not None:  # last: building the engine reseeds (vLLM seeds python/numpy/torch at start)
+    # outage: an infra outage past its budget stops the run after a checkpoint
+    ahead = outage = None
+    # last: building the engine reseeds (vLLM seeds python/numpy/torch at start)
+    if rng is not None:
         set_rng_state(rng)
     while step < cfg.steps:
         step, outage_s, retried = step + 1, outages.outage_seconds(), outages.transient_errors
-        # 1. generate + env + reward: all episodes of the step in one rollout (or the one played ahead)
+        # 1. generate + env + reward: all episodes of the step in one rollout (or the one played
+        # ahead)
         if ahead is None:
             played = events.run(rollouts.of(step))
             if isinstance(played, OutageError):  # nothing of this step happened: keep the last one
@@ -189,16 +206,18 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
             (episodes, rstats), ahead = ahead, None
         version = rollouts.version  # the weights this step updates from
 
-        def learn(step=step, episodes=episodes, version=version, rstats=rstats):  # phases 2-6; with overlap, on the
-            # trainer's thread beside the next step's rollout
-            # 2. logprobs: the trainer's own logprobs become the ratio denominator and the replay state
-            with timer.phase("logprobs"):  # (stale groups pass the drift gate: algorithms/staleness.py)
+        # phases 2-6; with overlap, on the trainer's thread beside the next step's rollout
+        def learn(step=step, episodes=episodes, version=version, rstats=rstats):
+            # 2. logprobs: the trainer's own logprobs become the ratio denominator and the replay
+            # state (stale groups pass the drift gate: algorithms/staleness.py)
+            with timer.phase("logprobs"):
                 stored, used, weights, gmetrics = fresh_groups(cfg, episodes, step, version, tok,
                                                                score_fn)
             # 3. replay_scan: choose stored groups (only those stored before this step)
             with timer.phase("replay_scan"):  # (plus the slots the fresh groups left empty: top-up)
                 short = int(rstats.extra_metrics.get("async/fresh_short", 0))
-                selection = replay.select(score_fn, step, extra=short) if short else replay.select(score_fn, step)
+                selection = (replay.select(score_fn, step, extra=short) if short
+                             else replay.select(score_fn, step))
             # 4. update on fresh + replayed groups
             with timer.phase("update"):
                 weight_of = {id(g): w for g, w in zip(used, weights)}
@@ -212,13 +231,16 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
             # 6. sync: new weights to the generation engine (with overlap, mid-rollout)
             with timer.phase("sync"):
                 rollouts.sync(model)
-            topup = {"async/replay_topup": float(max(len(selection.accepted) - cfg.replay.k_rep, 0))} if rollouts.pool else {}
-            return {**gmetrics, **tmetrics, **selection.stats, **topup, "replay/ingress": float(admitted)}
+            topped_up = max(len(selection.accepted) - cfg.replay.k_rep, 0)
+            topup = {"async/replay_topup": float(topped_up)} if rollouts.pool else {}
+            return {**gmetrics, **tmetrics, **selection.stats, **topup,
+                    "replay/ingress": float(admitted)}
 
         if overlap and step < cfg.steps:  # (the rollout's seconds past learn: the next step's)
             beside = partial(events.run_beside, partial(rollouts.of, step + 1), thread=learner)
             ahead, lmetrics = timer.beside(beside, learn)
-            if isinstance(ahead, OutageError):  # this step finishes (logged, checkpointed), then stop
+            # this step finishes (logged, checkpointed), then stop
+            if isinstance(ahead, OutageError):
                 outage, ahead = ahead, None
             else:
                 timer.account(ahead[1])
@@ -248,8 +270,10 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool, 
                 metrics.update(last)
             except OutageError as e:  # an eval that met an outage is no score
                 outage, metrics["eval/invalid"] = outage or e, 1.0
-        metrics.update(timer.end_step())  # the record before the checkpoint: a crash between
-        logger.log(step, metrics)  # them resumes from an older step and logs this one again, never skips it
+        # the record before the checkpoint: a crash between them resumes from an older step and
+        # logs this one again, never skips it
+        metrics.update(timer.end_step())
+        logger.log(step, metrics)
         crash_point("loop:logged")
         if step % cfg.checkpoint_every == 0 or step == cfg.steps or outage:
             checkpoint(step)  # (its seconds count in the next step's time/checkpoint)
@@ -277,7 +301,8 @@ def main(preset: str, out: str | None, overrides: list[str], resume: str | None 
             raise ConfigError("--out RUN_DIR is required (or --resume RUN_DIR)")
         run_dir = Path(out)
         cfg = apply_overrides(TrainConfig, preset, overrides)
-    source = f"resume={run_dir / 'config.yaml'}" if resume else f"preset={preset}"  # resume ignores --preset
+    # resume ignores --preset
+    source = f"resume={run_dir / 'config.yaml'}" if resume else f"preset={preset}"
     log.info("agentsearch train: %s git=%s run=%s", source, git_revision(), run_dir)
     final = train(cfg, run_dir, resume=bool(resume))
     print(json.dumps({k: v for k, v in final.items() if not math.isnan(v)}, indent=1))

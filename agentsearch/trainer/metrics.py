@@ -30,8 +30,8 @@ def _clean(v):
 
 
 class MetricsLogger:
-    def __init__(self, run_dir: str | Path, *, tensorboard: bool = True, wandb_project: str | None = None,
-                 config: dict | None = None):
+    def __init__(self, run_dir: str | Path, *, tensorboard: bool = True,
+                 wandb_project: str | None = None, config: dict | None = None):
         self.path = Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(self.path, "a", encoding="utf-8")
@@ -60,12 +60,14 @@ class MetricsLogger:
         self._f = open(self.path, "a", encoding="utf-8")
 
     def log(self, step: int, metrics: dict) -> None:
-        rec = {"step": step, **{k: _clean(v) for k, v in metrics.items()}, CLOCK: round(time.time(), 1)}
+        rec = {"step": step, **{k: _clean(v) for k, v in metrics.items()},
+               CLOCK: round(time.time(), 1)}
         self._f.write(json.dumps(rec) + "\n")
         self._f.flush()
         if self._tb is not None:
             for k, v in rec.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("step", CLOCK):
+                if isinstance(v, (int, float)) and not isinstance(v, bool) \
+                        and k not in ("step", CLOCK):
                     self._tb.add_scalar(k, v, step)
         if self._wandb is not None:
             self._wandb.log(rec, step=step)
@@ -105,6 +107,9 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
 def progress_line(m: dict, last_eval: dict) -> str:
     """The training progress line of a step's metrics ``m``: reward, success, replay
     acceptance, step time, and the last eval's dev score."""
-    return (f"reward {m.get('reward/total', 0):+.3f}  correct {m.get('rollout/answer_correct', 0):.2f}  "
-            f"accept {m.get('replay/accept_rate', 0):.2f}  replayed {int(m.get('replay/accepted', 0))}  "
-            f"step {m.get('time/step', 0):.1f}s  eval {last_eval.get('eval/mean_at_n', float('nan')):.3f}")
+    return (f"reward {m.get('reward/total', 0):+.3f}  "
+            f"correct {m.get('rollout/answer_correct', 0):.2f}  "
+            f"accept {m.get('replay/accept_rate', 0):.2f}  "
+            f"replayed {int(m.get('replay/accepted', 0))}  "
+            f"step {m.get('time/step', 0):.1f}s  "
+            f"eval {last_eval.get('eval/mean_at_n', float('nan')):.3f}")

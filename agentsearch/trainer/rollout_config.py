@@ -97,8 +97,8 @@ class AsyncConfig:
         if self.max_staleness < 0:
             out.append(f"async.max_staleness={self.max_staleness} must be >= 0")
         elif self.max_staleness > 1:
-            out.append(f"async.max_staleness={self.max_staleness}: rollouts more than one step ahead "
-                       "are not built; use 0 or 1")
+            out.append(f"async.max_staleness={self.max_staleness}: rollouts more than one step "
+                       "ahead are not built; use 0 or 1")
         elif self.max_staleness == 1 and not self.enabled:
             out.append("async.max_staleness=1 overlaps the streaming rollout with the update: set "
                        "async.enabled=true")
@@ -108,8 +108,9 @@ class AsyncConfig:
             out.append("async.oversample and async.replay_topup carry groups across an update: set "
                        "async.enabled=true async.max_staleness=1")
         elif (self.oversample or self.replay_topup) and backend == "vllm":
-            out.append("async.oversample and async.replay_topup are not built with generation.backend=vllm: "
-                       "groups still in play at an eval would share the vLLM engine with it; use hf")
+            out.append("async.oversample and async.replay_topup are not built with "
+                       "generation.backend=vllm: groups still in play at an eval would share the "
+                       "vLLM engine with it; use hf")
         if self.is_cap < 1:
             out.append(f"async.is_cap={self.is_cap} must be >= 1")
         if self.tool_timeout_s is not None and self.tool_timeout_s <= 0:

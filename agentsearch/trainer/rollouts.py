@@ -44,19 +44,23 @@ class StepRollouts:
     """``of(step)``: the coroutine that plays step ``step``'s episodes; ``stream`` (the
     streaming engine, if any) and ``pool`` (if any) are closed with ``events``."""
 
-    def __init__(self, cfg: TrainConfig, envs: list, backend, sampler: TaskSampler, events: EventLoop,
-                 state: dict):
+    def __init__(self, cfg: TrainConfig, envs: list, backend, sampler: TaskSampler,
+                 events: EventLoop, state: dict):
         self.cfg, self.envs, self.backend, self.sampler = cfg, envs, backend, sampler
         self.sampling = SamplingParams(max_new_tokens=cfg.generation.max_new_tokens,
-                                       temperature=cfg.generation.temperature, top_p=cfg.generation.top_p)
+                                       temperature=cfg.generation.temperature,
+                                       top_p=cfg.generation.top_p)
         a = cfg.async_
         self.stream = make_stream_engine(backend, max_batch=a.max_batch, max_wait_s=a.max_wait_s) \
             if a.enabled else None
         self.pool = None
         if a.oversample or a.replay_topup:
-            self.pool = GroupPool(envs, self.stream, replace(self.sampling, seed=derive_seed(cfg.seed, "pool")),
-                                  group_size=cfg.group_size, in_flight=cfg.prompts_per_step + a.oversample,
-                                  sample=sampler.sample, seed=derive_seed(cfg.seed, "pool", "reset"),
+            self.pool = GroupPool(envs, self.stream,
+                                  replace(self.sampling, seed=derive_seed(cfg.seed, "pool")),
+                                  group_size=cfg.group_size,
+                                  in_flight=cfg.prompts_per_step + a.oversample,
+                                  sample=sampler.sample,
+                                  seed=derive_seed(cfg.seed, "pool", "reset"),
                                   max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len)
             self.pool.load_state_dict(state.get("pool", {"serial": 0, "tasks": []}))
         events.own(self.stream, self.pool)
@@ -94,7 +98,8 @@ class StepRollouts:
     def _rollout(self, step: int, learned):
         cfg = self.cfg
         if self.pool:
-            return self.pool.take(cfg.prompts_per_step, enough=learned if cfg.async_.replay_topup else None,
+            return self.pool.take(cfg.prompts_per_step,
+                                  enough=learned if cfg.async_.replay_topup else None,
                                   min_take=math.ceil(cfg.prompts_per_step / 2))
         self._sampler_before = self.sampler.state_dict()
         first = self._play(step, self.sampler.sample(cfg.prompts_per_step))
@@ -104,7 +109,8 @@ class StepRollouts:
         """``group_size`` episodes of each task, seeded by the step (and ``tag``: a regeneration
         round); the groups' outcomes go to the sampler."""
         cfg = self.cfg
-        params = replace(self.sampling, seed=derive_seed(cfg.seed, step, *tag))  # the rollout derives each turn's
+        # the rollout derives each turn's sampling seed from this one
+        params = replace(self.sampling, seed=derive_seed(cfg.seed, step, *tag))
         kw = dict(n_per_task=cfg.group_size, max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len,
                   seed=derive_seed(cfg.seed, step, "reset", *tag))
         if self.stream:
@@ -131,9 +137,10 @@ class StepRollouts:
             stats = stats.merged(extra)
         signal = [g for g in groups if episodes_have_signal(g)]
         kept = (signal + [g for g in groups if not episodes_have_signal(g)])[:b]
-        stats.extra_metrics.update({"dynamic/rounds": float(rounds), "dynamic/groups_played": float(len(groups)),
-                                    "dynamic/groups_with_signal": float(min(len(signal), b)),
-                                    "dynamic/zero_variance_frac_played": 1.0 - len(signal) / len(groups)})
+        stats.extra_metrics.update({
+            "dynamic/rounds": float(rounds), "dynamic/groups_played": float(len(groups)),
+            "dynamic/groups_with_signal": float(min(len(signal), b)),
+            "dynamic/zero_variance_frac_played": 1.0 - len(signal) / len(groups)})
         return [e for g in kept for e in g], stats
 
     def held(self):
@@ -160,7 +167,8 @@ class StepRollouts:
         if self.pool:
             return {"sampler": self.sampler.state_dict(),
                     "pool": self.pool.state_dict(last_take_trained=self.untrained == 0)}
-        return {"sampler": self._sampler_before if self.untrained or self.failed else self.sampler.state_dict()}
+        return {"sampler": self._sampler_before if self.untrained or self.failed
+                else self.sampler.state_dict()}
 
 
 def fresh_groups(cfg: TrainConfig, episodes: list, step: int, version: int, tok, score_fn):
@@ -169,7 +177,8 @@ def fresh_groups(cfg: TrainConfig, episodes: list, step: int, version: int, tok,
     the update takes (``gen_logprobs`` rescored by the trainer: the proximal policy) with their
     importance weights (None: generated by the current weights), and the metrics."""
     fresh, metrics = episodes_to_groups(episodes, cfg.group_size, step, pad_id=tok.pad_token_id,
-                                        advantage_scale=cfg.advantage_scale, overlong=cfg.overlong_shaping(),
+                                        advantage_scale=cfg.advantage_scale,
+                                        overlong=cfg.overlong_shaping(),
                                         pixel_fn=getattr(tok, "pixel_values", None))
     n = cfg.group_size
     eps = [episodes[i * n:(i + 1) * n] for i in range(len(fresh))]
@@ -177,7 +186,8 @@ def fresh_groups(cfg: TrainConfig, episodes: list, step: int, version: int, tok,
                  for ep in eps]
     stale = [stale_token_mask(ep, g.token_ids.shape[1], version) if s else None
              for ep, g, s in zip(eps, fresh, staleness)]
-    behaviour = [g.gen_logprobs.clone() if s else None for g, s in zip(fresh, staleness)]  # the engine's
+    # the engine's logprobs of the stale groups, before the rescore overwrites them
+    behaviour = [g.gen_logprobs.clone() if s else None for g, s in zip(fresh, staleness)]
     metrics.update(rescore(fresh, score_fn))
     used, weights, smetrics = gate_stale_groups(fresh, behaviour, staleness, tau=cfg.replay.tau,
                                                 cap=cfg.async_.is_cap, stale_masks=stale,

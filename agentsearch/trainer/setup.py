@@ -21,8 +21,8 @@ from agentsearch.models.lora import apply_lora
 from agentsearch.trainer.train_config import TrainConfig
 
 __all__ = ["resolve_device", "build_policy", "build_backend", "build_envs",
-           "build_replay", "TaskSampler", "LatencyTool", "seed_everything", "preflight", "git_revision",
-           "policy_tokenizer"]
+           "build_replay", "TaskSampler", "LatencyTool", "seed_everything", "preflight",
+           "git_revision", "policy_tokenizer"]
 
 
 def seed_everything(seed: int) -> None:
@@ -135,7 +135,8 @@ def build_backend(cfg: TrainConfig, model, tok):
                        enforce_eager=cfg.generation.vllm_enforce_eager)
 
 
-def build_envs(cfg: TrainConfig, count: int, split: str = "train", questions: str | None = None) -> list:
+def build_envs(cfg: TrainConfig, count: int, split: str = "train",
+               questions: str | None = None) -> list:
     """``count`` env instances of ``cfg.env`` (one per concurrent episode, reused every step);
     ``questions`` replaces the env's task file (held-out evaluation sets). Envs that need the
     policy's tokenizer (``chat_template: policy``, ``max_obs_tokens``) get it as ``tokenizer=``.
@@ -148,14 +149,16 @@ def build_envs(cfg: TrainConfig, count: int, split: str = "train", questions: st
 
     kwargs = dict(cfg.env_kwargs)
     if split != "train" and questions is None and kwargs.get("questions") is not None:
-        raise ConfigError(f"env_kwargs.questions={kwargs['questions']} are the training questions and "
-                          "eval.questions is not set, so evaluation would run on the training file: set "
-                          "eval.questions=TEST_FILE (e.g. Search-R1's test.parquet), or "
-                          f"eval.questions={kwargs['questions']} to evaluate on the training questions")
+        raise ConfigError(f"env_kwargs.questions={kwargs['questions']} are the training questions "
+                          "and eval.questions is not set, so evaluation would run on the training "
+                          "file: set eval.questions=TEST_FILE (e.g. Search-R1's test.parquet), or "
+                          f"eval.questions={kwargs['questions']} to evaluate on the training "
+                          "questions")
     if "max_turns" in kwargs and kwargs["max_turns"] != cfg.max_turns:
-        raise ConfigError(f"env_kwargs.max_turns={kwargs['max_turns']} and max_turns={cfg.max_turns} "
-                          "disagree (the smaller would win silently): set max_turns only; the trainer "
-                          "passes it to the env (Search-R1's max_turns=N is max_turns=N+1 here)")
+        raise ConfigError(f"env_kwargs.max_turns={kwargs['max_turns']} and "
+                          f"max_turns={cfg.max_turns} disagree (the smaller would win silently): "
+                          "set max_turns only; the trainer passes it to the env (Search-R1's "
+                          "max_turns=N is max_turns=N+1 here)")
     kwargs["split"] = split
     if questions is not None:
         kwargs["questions"] = questions
@@ -163,7 +166,8 @@ def build_envs(cfg: TrainConfig, count: int, split: str = "train", questions: st
     if kwargs.get("chat_template") == "policy" or kwargs.get("max_obs_tokens") is not None:
         kwargs.setdefault("tokenizer", policy_tokenizer(cfg))
     envs = []
-    service = ToolService(cfg.tool_latency.concurrency) if cfg.tool_latency.concurrency > 0 else None
+    service = (ToolService(cfg.tool_latency.concurrency) if cfg.tool_latency.concurrency > 0
+               else None)
     for i in range(count):
         try:
             env = make_env(cfg.env, **kwargs)
@@ -189,7 +193,8 @@ class TaskSampler:
     ``skip > 0`` adds GRESO-style pre-rollout filtering (``TrainConfig.prompt_skip``): a task
     whose last ``skip`` visits all gave zero-variance groups (``observe``) is passed over,
     except with probability ``explore``. When as many tasks in a row as there are tasks were
-    skipped (all are skippable), the next is taken as it comes. With ``skip=0`` the order is exactly the plain shuffle's."""
+    skipped (all are skippable), the next is taken as it comes. With ``skip=0`` the order is
+    exactly the plain shuffle's."""
 
     def __init__(self, tasks: list[dict], seed: int, skip: int = 0, explore: float = 0.1):
         if not tasks:
@@ -198,7 +203,8 @@ class TaskSampler:
         self.rng = np.random.default_rng(seed)
         self.order: list[int] = []
         self.skip, self.explore = skip, explore
-        self.history: dict[str, list[bool]] = {}  # task id -> its last `skip` visits: zero-variance?
+        # task id -> its last `skip` visits: zero-variance?
+        self.history: dict[str, list[bool]] = {}
         self.skipped = 0  # tasks passed over since the last metrics()
 
     def _skippable(self, task: dict) -> bool:
@@ -206,7 +212,8 @@ class TaskSampler:
         return len(seen) == self.skip and all(seen)
 
     def sample(self, k: int) -> list[dict]:
-        out, streak = [], 0  # streak: tasks skipped in a row (as many as there are tasks: all skippable)
+        # streak: tasks skipped in a row (as many as there are tasks: all skippable)
+        out, streak = [], 0
         while len(out) < k:
             if not self.order:
                 self.order = self.rng.permutation(len(self.tasks)).tolist()
@@ -234,14 +241,16 @@ class TaskSampler:
         if not self.skip:
             return {}
         out = {"sampler/skipped": float(self.skipped),
-               "sampler/skippable": float(sum(len(h) == self.skip and all(h) for h in self.history.values()))}
+               "sampler/skippable": float(sum(len(h) == self.skip and all(h)
+                                              for h in self.history.values()))}
         self.skipped = 0
         return out
 
     def state_dict(self) -> dict:
         state = {"rng": self.rng.bit_generator.state, "order": list(self.order)}
         if self.skip:
-            state.update(history={k: list(v) for k, v in self.history.items()}, skipped=self.skipped)
+            state.update(history={k: list(v) for k, v in self.history.items()},
+                         skipped=self.skipped)
         return state
 
     def load_state_dict(self, s: dict) -> None:
@@ -256,9 +265,10 @@ def build_replay(cfg: TrainConfig):
     from agentsearch.replay import make_replay
 
     r = cfg.replay
-    return make_replay(r.kind, capacity=r.capacity, k_rep=r.k_rep, tau=r.tau, scan_chunk=r.scan_chunk,
-                       headroom_weighting=r.headroom_weighting, drift_kind=r.drift_kind,
-                       success_threshold=r.success_threshold, seed=cfg.seed)
+    return make_replay(r.kind, capacity=r.capacity, k_rep=r.k_rep, tau=r.tau,
+                       scan_chunk=r.scan_chunk, headroom_weighting=r.headroom_weighting,
+                       drift_kind=r.drift_kind, success_threshold=r.success_threshold,
+                       seed=cfg.seed)
 
 
 def git_revision() -> str:
@@ -266,7 +276,8 @@ def git_revision() -> str:
     import subprocess
 
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, timeout=5).stdout.strip() or "unknown"
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, cwd=Path(__file__).parent,
+                              timeout=5).stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"

@@ -51,8 +51,8 @@ class ReplayConfig:
         from agentsearch.replay.strategies import replay_kinds
 
         if self.kind not in replay_kinds():
-            raise ConfigError(f"replay.kind: {self.kind!r} is not one of the registered replay kinds "
-                              f"{replay_kinds()} (register your own with "
+            raise ConfigError(f"replay.kind: {self.kind!r} is not one of the registered replay "
+                              f"kinds {replay_kinds()} (register your own with "
                               "agentsearch.replay.register_replay)")
 
 
@@ -132,7 +132,8 @@ class TrainConfig:
     """Responses per prompt (GRPO's n)."""
     max_turns: int = 4
     """Agent turns per episode (out of turns = truncated). Search-R1's ``max_turns=N`` is N + 1
-    here (its N search turns, then a final answer turn); ``env_kwargs.max_turns`` must not differ."""
+    here (its N search turns, then a final answer turn); ``env_kwargs.max_turns`` must not
+    differ."""
     max_seq_len: int = 1024
     """Token budget of an episode (prompt + turns + observations); longer ones are truncated."""
     generation: SamplingConfig = field(default_factory=SamplingConfig)
@@ -240,7 +241,8 @@ class TrainConfig:
         if self.steps < 0:
             problems.append(f"steps={self.steps} must be >= 0")
         if self.group_size < 2:
-            problems.append(f"group_size={self.group_size}: GRPO needs at least 2 responses per prompt")
+            problems.append(f"group_size={self.group_size}: GRPO needs at least 2 responses per "
+                            "prompt")
         if self.prompts_per_step < 1:
             problems.append("prompts_per_step must be >= 1")
         if self.replay.kind != "none" and self.replay.k_rep < 0:
@@ -254,24 +256,27 @@ class TrainConfig:
         if self.micro_batch_size < 1:
             problems.append("micro_batch_size must be >= 1")
         if self.generation.temperature <= 0:
-            problems.append(f"generation.temperature={self.generation.temperature} must be > 0: training "
-                            "logprobs divide the logits by it (for greedy evaluation set eval.temperature=0)")
+            problems.append(f"generation.temperature={self.generation.temperature} must be > 0: "
+                            "training logprobs divide the logits by it (for greedy evaluation set "
+                            "eval.temperature=0)")
         if self.checkpoint_every < 1:
-            problems.append(f"checkpoint_every={self.checkpoint_every} must be >= 1 (a checkpoint is "
-                            "also saved at the end; for only that one set checkpoint_every=steps)")
+            problems.append(f"checkpoint_every={self.checkpoint_every} must be >= 1 (a checkpoint "
+                            "is also saved at the end; for only that one set "
+                            "checkpoint_every=steps)")
         from agentsearch.algorithms.losses import loss_names, loss_spec
 
         if self.loss not in loss_names():
-            problems.append(f"loss: {self.loss!r} is not one of the registered losses {loss_names()} "
-                            "(register your own with agentsearch.algorithms.losses.register_loss)")
+            problems.append(f"loss: {self.loss!r} is not one of the registered losses "
+                            f"{loss_names()} (register your own with "
+                            "agentsearch.algorithms.losses.register_loss)")
         else:  # the loss's own rules: dual_clip support, clip ranges (losses.LossSpec)
             spec = loss_spec(self.loss)
             if self.dual_clip is not None and not spec.dual_clip:
-                problems.append(f"dual_clip={self.dual_clip} is used only by loss=grpo, not {self.loss}: "
-                                "unset it (dual_clip=none)")
+                problems.append(f"dual_clip={self.dual_clip} is used only by loss=grpo, not "
+                                f"{self.loss}: unset it (dual_clip=none)")
             if self.clip_low is None and not spec.unbounded_low:
-                problems.append(f"clip_low=none (no lower clip) is for losses that allow it (cispo), not "
-                                f"{self.loss}: give a number (e.g. clip_low=0.2)")
+                problems.append("clip_low=none (no lower clip) is for losses that allow it "
+                                f"(cispo), not {self.loss}: give a number (e.g. clip_low=0.2)")
             elif spec.check is not None:
                 problems += list(spec.check(self))
         if self.dual_clip is not None and self.dual_clip <= 1:
@@ -282,15 +287,16 @@ class TrainConfig:
             problems.append(f"max_response_tokens={self.max_response_tokens} must be >= 1 "
                             "(or none: max_turns * generation.max_new_tokens)")
         elif self.overlong_buffer > self.response_budget:
-            problems.append(f"overlong_buffer={self.overlong_buffer} exceeds the policy-token budget "
-                            f"{self.response_budget}, so even an empty response would be penalised: "
-                            "lower overlong_buffer or raise max_response_tokens")
+            problems.append(f"overlong_buffer={self.overlong_buffer} exceeds the policy-token "
+                            f"budget {self.response_budget}, so even an empty response would be "
+                            "penalised: lower overlong_buffer or raise max_response_tokens")
         if self.regenerate_rounds < 0 or (self.regenerate_rounds and not self.dynamic_sampling):
-            problems.append(f"regenerate_rounds={self.regenerate_rounds} needs dynamic_sampling=true and must "
-                            "be >= 0 (it regenerates the groups dynamic sampling drops)")
+            problems.append(f"regenerate_rounds={self.regenerate_rounds} needs "
+                            "dynamic_sampling=true and must be >= 0 (it regenerates the groups "
+                            "dynamic sampling drops)")
         if self.regenerate_rounds and self.async_.enabled:
-            problems.append("regenerate_rounds with async.enabled: regeneration runs after a lock-step "
-                            "rollout; set async.enabled=false")
+            problems.append("regenerate_rounds with async.enabled: regeneration runs after a "
+                            "lock-step rollout; set async.enabled=false")
         if self.prompt_skip < 0 or not 0.0 <= self.prompt_skip_explore <= 1.0:
             problems.append(f"prompt_skip={self.prompt_skip} must be >= 0 and prompt_skip_explore="
                             f"{self.prompt_skip_explore} in [0, 1]")
@@ -300,8 +306,9 @@ class TrainConfig:
             problems.append("async.max_staleness=1 with loss=gspo: the decoupled objective weights "
                             "tokens, GSPO's ratio is per sequence; use grpo or cispo")
         if self.dtype == "bfloat16" and not self.lora.enabled:
-            problems.append("dtype=bfloat16 with full-weight training: AdamW on bf16 weights rounds small "
-                            "updates to zero; train a LoRA adapter (lora.enabled=true) or dtype=float32")
+            problems.append("dtype=bfloat16 with full-weight training: AdamW on bf16 weights "
+                            "rounds small updates to zero; train a LoRA adapter "
+                            "(lora.enabled=true) or dtype=float32")
         if problems:
             raise ConfigError("; ".join(problems))
 
