@@ -16,7 +16,8 @@ import sys
 import types
 
 SUPPORTED_VERSION = "0.11.2"
-"""The OpenRLHF release whose extension points agentsearch uses (``tests/test_openrlhf_pins.py``)."""
+"""The OpenRLHF release whose extension points agentsearch uses
+(``tests/test_openrlhf_pins.py``)."""
 
 
 def check_version() -> str:
@@ -27,23 +28,27 @@ def check_version() -> str:
         found = version("openrlhf")
     except PackageNotFoundError:
         raise ImportError("OpenRLHF is not installed: the `openrlhf` extra needs openrlhf=="
-                          f"{SUPPORTED_VERSION}; `make install-test` installs it (--no-deps, see the "
-                          "Makefile), on GPUs `pip install openrlhf[vllm]==" + SUPPORTED_VERSION + "`") from None
+                          f"{SUPPORTED_VERSION}; `make install-test` installs it (--no-deps, see "
+                          "the Makefile), on GPUs `pip install openrlhf[vllm]=="
+                          + SUPPORTED_VERSION + "`") from None
     if found != SUPPORTED_VERSION:
         raise ImportError(f"OpenRLHF {found} is installed; agentsearch's OpenRLHF engine supports "
-                          f"{SUPPORTED_VERSION} only (it subclasses OpenRLHF's experience maker, sample "
-                          f"generator and trainer): pip install openrlhf=={SUPPORTED_VERSION}")
+                          f"{SUPPORTED_VERSION} only (it subclasses OpenRLHF's experience maker, "
+                          "sample generator and trainer): pip install "
+                          f"openrlhf=={SUPPORTED_VERSION}")
     return found
 
 
 def import_openrlhf():
     """Import and return the ``openrlhf`` package, with the CPU shim if needed."""
-    if "flash_attn_2_cuda" not in sys.modules and importlib.util.find_spec("flash_attn_2_cuda") is None:
+    if "flash_attn_2_cuda" not in sys.modules \
+            and importlib.util.find_spec("flash_attn_2_cuda") is None:
         stub = types.ModuleType("flash_attn_2_cuda")
         stub.__doc__ = "agentsearch CPU stub: flash-attn was built without CUDA kernels"
         sys.modules["flash_attn_2_cuda"] = stub
     try:
         return importlib.import_module("openrlhf")
     except ImportError as e:
-        raise ImportError("OpenRLHF is not installed: `make install-test` installs openrlhf==0.11.2 "
-                          "(--no-deps) with the Python-only flash-attn build") from e
+        raise ImportError("OpenRLHF is not installed: `make install-test` installs "
+                          "openrlhf==0.11.2 (--no-deps) with the Python-only flash-attn "
+                          "build") from e

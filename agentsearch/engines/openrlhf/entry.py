@@ -43,8 +43,8 @@ def install(settings: dict) -> None:
 
     def get_strategy(args):
         if getattr(args.train, "async_enable", False):
-            raise SystemExit("agentsearch runs OpenRLHF's synchronous trainer (its replay, logs and "
-                             "checkpoints hook that one): drop --train.async_enable")
+            raise SystemExit("agentsearch runs OpenRLHF's synchronous trainer (its replay, logs "
+                             "and checkpoints hook that one): drop --train.async_enable")
         args.agentsearch = SimpleNamespace(**settings)
         return real_get_strategy(args)
 
@@ -63,8 +63,9 @@ def install(settings: dict) -> None:
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--agentsearch-config" not in argv:
-        raise SystemExit("usage: python -m agentsearch.engines.openrlhf.entry --agentsearch-config FILE "
-                         "<train_ppo_ray arguments> (`agentsearch openrlhf launch` writes both)")
+        raise SystemExit("usage: python -m agentsearch.engines.openrlhf.entry "
+                         "--agentsearch-config FILE <train_ppo_ray arguments> "
+                         "(`agentsearch openrlhf launch` writes both)")
     i = argv.index("--agentsearch-config")
     with open(argv[i + 1]) as f:
         settings = json.load(f)

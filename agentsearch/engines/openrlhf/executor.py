@@ -91,7 +91,8 @@ def task_label(env: str, env_kwargs: dict, task: dict, *, max_turns: int, max_ne
     spec = {"format": LABEL_FORMAT, "env": env, "env_kwargs": env_kwargs, "task": task,
             "max_turns": int(max_turns), "max_new_tokens": int(max_new_tokens)}
     if reliability:
-        spec["reliability"] = {k: float(reliability[k]) for k in ("outage_budget_s", "warn_every_s")}
+        spec["reliability"] = {k: float(reliability[k])
+                               for k in ("outage_budget_s", "warn_every_s")}
     return json.dumps(spec, sort_keys=True)
 
 
@@ -100,11 +101,13 @@ def parse_label(label: Any) -> dict:
     try:
         spec = json.loads(label) if isinstance(label, str) else label
     except json.JSONDecodeError as e:
-        raise ValueError(f"the agentsearch executor got a label that is not JSON ({e}): {str(label)[:80]!r}; "
-                         "write the prompt file with `agentsearch openrlhf launch`") from None
+        raise ValueError(f"the agentsearch executor got a label that is not JSON ({e}): "
+                         f"{str(label)[:80]!r}; write the prompt file with "
+                         "`agentsearch openrlhf launch`") from None
     if not isinstance(spec, dict) or spec.get("format") != LABEL_FORMAT:
         raise ValueError(f"the agentsearch executor needs labels of format {LABEL_FORMAT!r} "
-                         f"(agentsearch.engines.openrlhf.executor.task_label), got {str(label)[:80]!r}")
+                         "(agentsearch.engines.openrlhf.executor.task_label), got "
+                         f"{str(label)[:80]!r}")
     return spec
 
 
@@ -134,7 +137,8 @@ def episode_response(ep: Episode, prompt: str, label: str, *, logprobs: bool) ->
                  "malformed_turns": float(ep.info.get("malformed_turns", 0))})
     return {"prompt": prompt, "label": label, "images": None, "mm_train_inputs": None,
             "reward": float(ep.reward), "scores": float(bool(ep.answer_correct)),
-            "observation_tokens": list(ep.token_ids), "action_ranges": action_ranges(ep.action_mask),
+            "observation_tokens": list(ep.token_ids),
+            "action_ranges": action_ranges(ep.action_mask),
             "rollout_log_probs": [float(x) for x in ep.gen_logprobs] if logprobs else None,
             "truncated": bool(ep.truncated) or turns[-1].get("finish_reason") == "length",
             "extra_logs": logs}
@@ -260,20 +264,23 @@ class AgentExecutor(AgentExecutorBase):
         kwargs = dict(spec.get("env_kwargs") or {})
         kwargs.setdefault("max_turns", spec["max_turns"])
         if kwargs.get("chat_template") == "policy" or kwargs.get("max_obs_tokens") is not None:
-            kwargs.setdefault("tokenizer", tokenizer)  # the policy's: its chat template, its token counts
+            # the policy's: its chat template, its token counts
+            kwargs.setdefault("tokenizer", tokenizer)
         try:
             env = gymnasium.make(spec["env"], disable_env_checker=True, **kwargs).unwrapped
         except gymnasium.error.Error as e:
-            raise ValueError(f"the agentsearch executor cannot make env {spec['env']!r}: {e}") from None
+            raise ValueError(f"the agentsearch executor cannot make env {spec['env']!r}: "
+                             f"{e}") from None
         return key, env
 
-    async def execute(self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine,
-                      images=None):
+    async def execute(self, prompt, label, sampling_params, max_length: int, hf_tokenizer,
+                      llm_engine, images=None):
         spec = parse_label(label)
         check_env_supported(spec["env"])
         if "reliability" in spec:  # how long this process's envs wait out an infra outage
             r = spec["reliability"]
-            if (outages.budget_s, outages.warn_every_s) != (r["outage_budget_s"], r["warn_every_s"]):
+            wanted = (r["outage_budget_s"], r["warn_every_s"])
+            if (outages.budget_s, outages.warn_every_s) != wanted:
                 outages.configure(budget_s=r["outage_budget_s"], warn_every_s=r["warn_every_s"])
         self._pools.loop = asyncio.get_running_loop()
         tok = env_tokenizer(hf_tokenizer)
@@ -291,4 +298,5 @@ class AgentExecutor(AgentExecutorBase):
                 await aclose_all([env])
             else:
                 self._pools.free.setdefault(key, []).append(env)
-        return episode_response(episodes[0], prompt, label, logprobs=sampling_params.logprobs is not None)
+        return episode_response(episodes[0], prompt, label,
+                                logprobs=sampling_params.logprobs is not None)

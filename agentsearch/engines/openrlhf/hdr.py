@@ -53,8 +53,8 @@ from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call  # noqa: E40
 
 from agentsearch.replay import ReplayGroup  # noqa: E402
 
-__all__ = ["HDRExperienceMaker", "HDRSamplesGenerator", "rows_to_group", "padding_row", "scan_batches",
-           "GROUP_ESTIMATORS", "check_estimator"]
+__all__ = ["HDRExperienceMaker", "HDRSamplesGenerator", "rows_to_group", "padding_row",
+           "scan_batches", "GROUP_ESTIMATORS", "check_estimator"]
 
 GROUP_ESTIMATORS = ("group_norm", "rloo", "dr_grpo")
 """Advantage estimators computed within a prompt's group only: replay needs one (a replayed
@@ -65,9 +65,9 @@ then whitens over the whole batch: refused."""
 
 def check_estimator(estimator: str) -> None:
     if estimator not in GROUP_ESTIMATORS:
-        raise ValueError(f"replay on OpenRLHF needs a group advantage estimator {GROUP_ESTIMATORS}, "
-                         f"got {estimator!r} (it normalises over the whole batch, so replayed groups "
-                         "would change fresh groups' advantages)")
+        raise ValueError("replay on OpenRLHF needs a group advantage estimator "
+                         f"{GROUP_ESTIMATORS}, got {estimator!r} (it normalises over the whole "
+                         "batch, so replayed groups would change fresh groups' advantages)")
 
 
 def _pad_left_col(x: torch.Tensor) -> torch.Tensor:
@@ -129,7 +129,8 @@ def padding_row(like: Experience, index: int) -> Experience:
     return row
 
 
-def rows_to_group(key: str, rows: list[Experience], advantages: torch.Tensor, step: int) -> ReplayGroup:
+def rows_to_group(key: str, rows: list[Experience], advantages: torch.Tensor,
+                  step: int) -> ReplayGroup:
     """A ``ReplayGroup`` from one group's per-sample rows (each ``Experience`` with batch 1,
     ``action_log_probs`` = behaviour logprobs) and its per-row advantages ``[n]``."""
     batch = _rows_batch(rows, 0)
@@ -152,7 +153,7 @@ class HDRExperienceMaker(RemoteExperienceMaker):
         self.step = 0
         self.pending: list[str] = []                   # accepted at the last scan
         self.metrics: dict[str, float] = {}
-        self.n_fresh = 0                               # fresh rows of the last batch (indices 0..n_fresh-1)
+        self.n_fresh = 0                               # fresh rows of the last batch (0..n_fresh-1)
         self._scanned_at = -1                          # the step the last scan was for
 
     # -- scan ---------------------------------------------------------------------------
@@ -160,13 +161,15 @@ class HDRExperienceMaker(RemoteExperienceMaker):
         """Current-policy logprobs of each row's tokens, ``[1, T_i - 1]`` each (one batched
         ``forward`` per micro-batch on the actor group)."""
         group = self.actor_model_group
-        actors = max(1, len(getattr(group, "_actor_handlers", [None])) // max(1, getattr(group, "duplicate_actors", 1)))
+        actors = max(1, len(getattr(group, "_actor_handlers", [None]))
+                     // max(1, getattr(group, "duplicate_actors", 1)))
         chunks, real = scan_batches(rows, int(self.args.rollout.micro_batch_size), actors)
         batches = [_rows_batch(c, self.tokenizer.pad_token_id) for c in chunks]
         dup = self.args.ds.ring_attn_size * self.args.ds.tensor_parallel_size
         refs = group.async_run_method_batch(
             method_name="forward", sequences=[b.sequences for b in batches],
-            action_mask=[b.action_mask for b in batches], attention_mask=[b.attention_mask for b in batches])
+            action_mask=[b.action_mask for b in batches],
+            attention_mask=[b.attention_mask for b in batches])
         out = []
         for b, lp in zip(batches[:real], self._flatten_results(refs, dup)[:real], strict=True):
             out += [lp[i:i + 1, : _width(b, i)] for i in range(lp.shape[0])]
@@ -208,8 +211,9 @@ class HDRExperienceMaker(RemoteExperienceMaker):
             self.scan()
         replayed = [copy.deepcopy(r) for key in self.pending for r in self.rows[key]]
         if len(rollout_samples) + len(replayed) > slots:
-            raise ValueError(f"{len(rollout_samples)} fresh + {len(replayed)} replayed rows exceed the step's "
-                             f"{slots} slots (rollout.batch_size x n_samples_per_prompt)")
+            raise ValueError(f"{len(rollout_samples)} fresh + {len(replayed)} replayed rows exceed "
+                             f"the step's {slots} slots (rollout.batch_size x "
+                             "n_samples_per_prompt)")
         for i, r in enumerate(replayed):
             r.index = [len(rollout_samples) + i]
         size = max(1, int(self.args.rollout.micro_batch_size))
@@ -219,13 +223,15 @@ class HDRExperienceMaker(RemoteExperienceMaker):
         advantages = self._per_row(experiences, ("advantages",))
         first = len(rollout_samples) + len(replayed)
         pads = [padding_row(experiences[0], first + i) for i in range(slots - first)]
-        experiences += [_rows_batch(pads[i:i + size], self.tokenizer.pad_token_id) for i in range(0, len(pads), size)]
+        experiences += [_rows_batch(pads[i:i + size], self.tokenizer.pad_token_id)
+                        for i in range(0, len(pads), size)]
         for row, extra in zip(fresh_rows, behaviour, strict=True):
             row.action_log_probs, row.kl = extra["action_log_probs"], extra["kl"]
             row.base_action_log_probs = extra["base_action_log_probs"]
             row.info = {**row.info, **extra["info"]}   # the keys make_experience adds
         self._ingress(fresh_rows, [a["advantages"] for a in advantages[: len(fresh_rows)]], n)
-        self.metrics.update({"replay/rows": float(len(replayed)), "replay/fresh_rows": float(len(fresh_rows)),
+        self.metrics.update({"replay/rows": float(len(replayed)),
+                             "replay/fresh_rows": float(len(fresh_rows)),
                              "replay/padding_rows": float(len(pads)), **self.replay.metrics()})
         self.n_fresh = len(fresh_rows)
         self.pending = []
@@ -257,11 +263,13 @@ class HDRExperienceMaker(RemoteExperienceMaker):
             key = f"{self.step}:{g}"
             block = rows[g * n:(g + 1) * n]
             adv = torch.stack([advantages[g * n + j][0][block[j].action_mask[0].bool()][0]
-                               if block[j].action_mask.any() else torch.tensor(0.0) for j in range(n)])
+                               if block[j].action_mask.any() else torch.tensor(0.0)
+                              for j in range(n)])
             self.rows[key] = block
             groups.append(rows_to_group(key, block, adv, self.step))
         self.metrics["replay/ingress"] = float(self.replay.add(groups, self.step))
-        live = {g.prompt_id for g in self.replay.groups} if hasattr(self.replay, "groups") else set(self.rows)
+        live = ({g.prompt_id for g in self.replay.groups} if hasattr(self.replay, "groups")
+                else set(self.rows))
         self.rows = {k: v for k, v in self.rows.items() if k in live}
 
     # -- checkpoint ---------------------------------------------------------------------
@@ -285,7 +293,8 @@ class HDRSamplesGenerator(SamplesGenerator):
         if self.args.vllm.enable_sleep:
             batch_vllm_engine_call(self.vllm_engines, "wake_up")
         experiences, consumed, exhausted = self._generate_vllm(
-            dataloader_iter=self._dataloader_iter, num_prompts=self.fresh or self.args.rollout.batch_size,
+            dataloader_iter=self._dataloader_iter,
+            num_prompts=self.fresh or self.args.rollout.batch_size,
             dynamic_filtering=False, **generate_kwargs)
         if self.args.vllm.enable_sleep:
             batch_vllm_engine_call(self.vllm_engines, "sleep")

@@ -77,7 +77,8 @@ class OpenRLHFConfig:
     param_dtype: str = "bf16"
     """DeepSpeed parameter dtype (``bf16`` or ``fp16``)."""
     micro_batch_size: int | None = None
-    """Sequences per GPU per actor forward/backward in the update; None = ``train.micro_batch_size``."""
+    """Sequences per GPU per actor forward/backward in the update; None =
+    ``train.micro_batch_size``."""
     rollout_micro_batch_size: int = 8
     """Sequences per forward when making experience (and per replay-scan forward)."""
     eval_questions: int | None = None
@@ -91,7 +92,8 @@ class OpenRLHFConfig:
     is_correction_mode: Literal["clip", "mask"] = "clip"
     """``clip`` clamps the token ratio (TIS), ``mask`` drops out-of-band tokens (IcePop)."""
     extra_args: list = field(default_factory=list)
-    """More ``train_ppo_ray`` arguments, passed as they are (e.g. ``["--logger.wandb.key", "..."]``)."""
+    """More ``train_ppo_ray`` arguments, passed as they are (e.g. ``["--logger.wandb.key",
+    "..."]``)."""
 
 
 def load_config(preset: str | None, overrides: list[str]) -> OpenRLHFConfig:
@@ -146,8 +148,8 @@ def preflight(cfg: OpenRLHFConfig) -> None:
             probe_service(index, timeout=5.0)
         except Exception as e:  # noqa: BLE001 - any failure means the service is not usable
             raise ConfigError(f"the retriever at {index} does not answer ({e}); start it with "
-                              "`agentsearch serve --index ...` (or Search-R1's retrieval_server.py) on a "
-                              "host every node can reach") from None
+                              "`agentsearch serve --index ...` (or Search-R1's "
+                              "retrieval_server.py) on a host every node can reach") from None
 
 
 def model_path(cfg: OpenRLHFConfig, run: Path, *, write: bool) -> str:
@@ -189,12 +191,14 @@ def write_prompts(cfg: OpenRLHFConfig, run: Path) -> tuple[Path, Path | None]:
 
     def rows(tasks):
         return "".join(json.dumps({"prompt": task.get("question", str(task.get("id"))),
-                                   "label": task_label(t.env, t.env_kwargs, task, max_turns=t.max_turns,
+                                   "label": task_label(t.env, t.env_kwargs, task,
+                                                       max_turns=t.max_turns,
                                                        max_new_tokens=t.generation.max_new_tokens,
                                                        reliability=vars(t.reliability))}) + "\n"
                        for task in tasks)
 
-    tasks = TaskSampler(build_envs(t, 1, split="train")[0].tasks, t.seed).sample(t.steps * t.prompts_per_step)
+    tasks = TaskSampler(build_envs(t, 1, split="train")[0].tasks,
+                        t.seed).sample(t.steps * t.prompts_per_step)
     train = run / "train.jsonl"
     train.write_text(rows(tasks))
     limit = t.eval.limit if cfg.eval_questions is None else cfg.eval_questions
@@ -202,8 +206,8 @@ def write_prompts(cfg: OpenRLHFConfig, run: Path) -> tuple[Path, Path | None]:
         return train, None
     from agentsearch.trainer.eval import sample_per_source
 
-    dev = sample_per_source(build_envs(t, 1, split=t.eval.split, questions=t.eval.questions)[0].tasks,
-                            limit, t.eval.per_source)
+    dev_envs = build_envs(t, 1, split=t.eval.split, questions=t.eval.questions)
+    dev = sample_per_source(dev_envs[0].tasks, limit, t.eval.per_source)
     evalf = run / "eval.jsonl"
     evalf.write_text(rows(dev))
     return train, evalf
@@ -226,7 +230,8 @@ def openrlhf_arguments(cfg: OpenRLHFConfig, run: Path, model: str, train: Path,
     batch = rollout_batch(cfg)
     args = {
         "--actor.model_name_or_path": model, "--train.agent_func_path": AGENT_FUNC_PATH,
-        "--data.prompt_dataset": str(train), "--data.input_key": "prompt", "--data.label_key": "label",
+        "--data.prompt_dataset": str(train), "--data.input_key": "prompt",
+        "--data.label_key": "label",
         "--data.max_samples": str(t.steps * t.prompts_per_step),
         "--rollout.batch_size": str(batch),
         "--rollout.micro_batch_size": str(cfg.rollout_micro_batch_size),
@@ -239,11 +244,14 @@ def openrlhf_arguments(cfg: OpenRLHFConfig, run: Path, model: str, train: Path,
         "--actor.policy_loss_type": LOSSES[t.loss],
         "--actor.loss_agg_mode": "token-mean" if t.agg == "token" else "seq-mean-token-mean",
         "--actor.lr_scheduler": "constant_with_warmup",
-        "--actor.lr_warmup_ratio": repr(warmup_ratio(t.warmup_steps, t.steps, optimizer_steps_per_step(cfg))),
+        "--actor.lr_warmup_ratio": repr(warmup_ratio(t.warmup_steps, t.steps,
+                                                     optimizer_steps_per_step(cfg))),
         "--algo.kl.estimator": t.kl_kind if t.kl_coef > 0 else "k1",
-        "--actor.num_nodes": str(cfg.num_nodes), "--actor.num_gpus_per_node": str(cfg.gpus_per_node),
+        "--actor.num_nodes": str(cfg.num_nodes),
+        "--actor.num_gpus_per_node": str(cfg.gpus_per_node),
         "--ref.num_nodes": str(cfg.num_nodes), "--ref.num_gpus_per_node": str(cfg.gpus_per_node),
-        "--vllm.num_engines": str(cfg.vllm_engines), "--vllm.tensor_parallel_size": str(cfg.vllm_tensor_parallel),
+        "--vllm.num_engines": str(cfg.vllm_engines),
+        "--vllm.tensor_parallel_size": str(cfg.vllm_tensor_parallel),
         "--vllm.gpu_memory_utilization": str(cfg.vllm_gpu_memory_utilization),
         "--ds.zero_stage": str(cfg.zero_stage), "--ds.param_dtype": cfg.param_dtype,
         "--ckpt.path": str(run / "ckpt"), "--ckpt.output_dir": str(run / "final"),
@@ -256,7 +264,8 @@ def openrlhf_arguments(cfg: OpenRLHFConfig, run: Path, model: str, train: Path,
     if t.entropy_coef > 0:
         argv += ["--actor.entropy_coef", str(t.entropy_coef)]
     if t.kl_coef > 0:
-        argv.append("--algo.kl.use_loss")  # KL as a loss: the rewards (and stored advantages) stay KL-free
+        # KL as a loss: the rewards (and stored advantages) stay KL-free
+        argv.append("--algo.kl.use_loss")
     if t.dual_clip is not None:
         argv += ["--actor.dual_clip", str(t.dual_clip)]
     if t.generation.vllm_enforce_eager:
@@ -267,7 +276,8 @@ def openrlhf_arguments(cfg: OpenRLHFConfig, run: Path, model: str, train: Path,
         argv += ["--logger.wandb.project", t.wandb_project]
     if t.lora.enabled:
         argv += ["--ds.lora.rank", str(t.lora.r), "--ds.lora.alpha", str(t.lora.alpha),
-                 "--ds.lora.dropout", str(t.lora.dropout), "--ds.lora.target_modules", *t.lora.target_modules]
+                 "--ds.lora.dropout", str(t.lora.dropout),
+                 "--ds.lora.target_modules", *t.lora.target_modules]
     if t.gradient_checkpointing:
         argv.append("--actor.gradient_checkpointing_enable")
     if cfg.colocate_all:
@@ -355,9 +365,11 @@ def notes(cfg: OpenRLHFConfig) -> list[str]:
     """Fields the launch replaces by an OpenRLHF-level setting (printed, never silent)."""
     t, out = cfg.train, []
     if t.dtype not in ("auto", {"bf16": "bfloat16"}.get(cfg.param_dtype, cfg.param_dtype)):
-        out.append(f"train.dtype={t.dtype} is replaced by param_dtype={cfg.param_dtype} (DeepSpeed mixed precision)")
+        out.append(f"train.dtype={t.dtype} is replaced by param_dtype={cfg.param_dtype} "
+                   "(DeepSpeed mixed precision)")
     if cfg.micro_batch_size and cfg.micro_batch_size != t.micro_batch_size:
-        out.append(f"train.micro_batch_size={t.micro_batch_size} is replaced by micro_batch_size={cfg.micro_batch_size}")
+        out.append(f"train.micro_batch_size={t.micro_batch_size} is replaced by "
+                   f"micro_batch_size={cfg.micro_batch_size}")
     return out
 
 

@@ -55,7 +55,8 @@ def vllm_lora_rank(rank: int) -> int:
     for r in VLLM_LORA_RANKS:
         if r >= rank:
             return r
-    raise ValueError(f"LoRA rank {rank} is above vLLM's largest max_lora_rank {VLLM_LORA_RANKS[-1]}")
+    raise ValueError(f"LoRA rank {rank} is above vLLM's largest max_lora_rank "
+                     f"{VLLM_LORA_RANKS[-1]}")
 
 
 def adapter_state(model, gather: Callable[[list], object] | None = None) -> dict:
@@ -65,14 +66,17 @@ def adapter_state(model, gather: Callable[[list], object] | None = None) -> dict
     ``GatheredParameters``); None = already whole."""
     from peft import get_peft_model_state_dict
 
-    name = model.active_adapter if isinstance(model.active_adapter, str) else model.active_adapter[0]
+    name = (model.active_adapter if isinstance(model.active_adapter, str)
+            else model.active_adapter[0])
     params = [p for n, p in model.named_parameters() if ".lora_" in n]
     with (gather or (lambda ps: nullcontext()))(params):
         weights = {k: v.detach().to("cpu", copy=True).contiguous()
                    for k, v in get_peft_model_state_dict(model, adapter_name=name).items()}
     config = model.peft_config[name].to_dict()
-    return {"config": json.loads(json.dumps(config, default=lambda x: sorted(x) if isinstance(x, set) else str(x))),
-            "weights": weights}
+    def plain(x):  # what json cannot write: sets sorted, anything else as its str
+        return sorted(x) if isinstance(x, set) else str(x)
+
+    return {"config": json.loads(json.dumps(config, default=plain)), "weights": weights}
 
 
 def write_adapter(state: dict, folder: str | Path) -> Path:
@@ -121,7 +125,8 @@ class LoraRolloutActor(RolloutRayActor.__ray_actor_class__):
         from vllm.lora.request import LoRARequest
 
         folder = write_adapter(state, self._lora_dir / f"adapter-{self._lora_version}")
-        old, self._lora = self._lora, LoRARequest(f"policy-{self._lora_version}", self._lora_version, str(folder))
+        old, self._lora = self._lora, LoRARequest(f"policy-{self._lora_version}",
+                                                  self._lora_version, str(folder))
         await self.llm.add_lora(self._lora)
         if old is not None:
             await self.llm.remove_lora(old.lora_int_id)

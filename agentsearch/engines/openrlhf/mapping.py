@@ -244,25 +244,30 @@ def refusals(t, extra_args: list[str] = ()) -> list[str]:
     if t.loss not in LOSSES:
         out.append(f"train.loss={t.loss!r}: OpenRLHF has the ppo-clip (grpo) and gspo losses")
     if t.clip_low is None:
-        out.append("train.clip_low=None (no lower clip): OpenRLHF's eps_clip_low_high needs a number")
+        out.append("train.clip_low=None (no lower clip): OpenRLHF's eps_clip_low_high needs a "
+                   "number")
     if t.dynamic_sampling:
         out.append("train.dynamic_sampling: " + NOTES["dynamic_sampling"].removeprefix("refused: "))
     if t.replay.kind == "success_only":
-        out.append("train.replay.kind=success_only: its replayed groups hold fewer than group_size rows; "
-                   "OpenRLHF's experience slots hold group_size")
+        out.append("train.replay.kind=success_only: its replayed groups hold fewer than "
+                   "group_size rows; OpenRLHF's experience slots hold group_size")
     if t.prompt_skip:
         out.append("train.prompt_skip > 0: " + NOTES["prompt_skip"].split(": ", 1)[1])
     if t.overlong_buffer > 0:
         out.append("train.overlong_buffer > 0: " + NOTES["overlong_buffer"].split(": ", 1)[1])
     if t.kl_coef > 0 and t.agg == "sequence":
-        out.append("train.kl_coef > 0 with train.agg=sequence: OpenRLHF averages the KL loss per token")
+        out.append("train.kl_coef > 0 with train.agg=sequence: OpenRLHF averages the KL loss per "
+                   "token")
     if t.entropy_coef > 0 and t.agg == "sequence":
-        out.append("train.entropy_coef > 0 with train.agg=sequence: OpenRLHF averages the entropy per token")
+        out.append("train.entropy_coef > 0 with train.agg=sequence: OpenRLHF averages the "
+                   "entropy per token")
     if t.update_minibatch_size and t.replay.kind != "none" and t.replay.k_rep > 0:
-        out.append("train.update_minibatch_size with replay on: a replay step's rows include padded empty "
-                   "slots, so OpenRLHF's mini-batches would not be the local trainer's")
+        out.append("train.update_minibatch_size with replay on: a replay step's rows include "
+                   "padded empty slots, so OpenRLHF's mini-batches would not be the local "
+                   "trainer's")
     if t.async_.max_staleness > 0:
-        out.append("train.async.max_staleness > 0: generation beside the update runs in the local trainer only")
+        out.append("train.async.max_staleness > 0: generation beside the update runs in the local "
+                   "trainer only")
     if t.async_.tool_timeout_s is not None:
         out.append("train.async.tool_timeout_s: "
                    + NOTES["async.tool_timeout_s"].removeprefix("refused unless none "))
@@ -271,7 +276,8 @@ def refusals(t, extra_args: list[str] = ()) -> list[str]:
     if t.sft.steps > 0 or t.sft.pretrain_steps > 0:
         out.append("train.sft: " + NOTES["sft.*"].split(": ", 1)[1])
     if t.wandb_project and "--logger.wandb.key" not in extra_args:
-        out.append("train.wandb_project: OpenRLHF logs to W&B only with --logger.wandb.key (extra_args)")
+        out.append("train.wandb_project: OpenRLHF logs to W&B only with --logger.wandb.key "
+                   "(extra_args)")
     default = type(t)()
     out += [f"train.{leaf}: the OpenRLHF launch does not map this field yet ({HERE})"
             for leaf in unmapped(type(t)) if field_value(t, leaf) != field_value(default, leaf)]

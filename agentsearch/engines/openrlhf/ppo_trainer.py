@@ -42,8 +42,9 @@ import_openrlhf()
 import ray  # noqa: E402
 from openrlhf.trainer.ppo_trainer import PPOTrainer, compute_eval_metrics  # noqa: E402
 
-__all__ = ["AgentsearchPPOTrainer", "AgentsearchPPOTrainerActor", "replay_state_path", "step_record",
-           "fresh_rollout_stats", "eval_record", "REPLAY_DIR", "eval_due", "carries_gradient"]
+__all__ = ["AgentsearchPPOTrainer", "AgentsearchPPOTrainerActor", "replay_state_path",
+           "step_record", "fresh_rollout_stats", "eval_record", "REPLAY_DIR", "eval_due",
+           "carries_gradient"]
 
 REPLAY_DIR = "agentsearch_replay"
 TIMING = {"timing/generation": "time/generate", "timing/make_experience": "time/logprobs",
@@ -110,7 +111,8 @@ def step_record(status: dict, train_cumulative: float) -> dict:
     """One ``metrics.jsonl`` record (without ``step``) from a step's OpenRLHF status."""
     rec = {v: float(status[k]) for k, v in TIMING.items() if k in status}
     rec["time/step"] = sum(rec.values())
-    rec.update({v: float(status[k]) for k, v in TRAIN.items() if isinstance(status.get(k), (int, float))})
+    rec.update({v: float(status[k]) for k, v in TRAIN.items()
+                if isinstance(status.get(k), (int, float))})
     rec.update({k: float(v) for k, v in status.items()
                 if k.startswith(("rollout/", "replay/", "train/")) and isinstance(v, (int, float))})
     rec["time/train_cumulative"] = train_cumulative
@@ -132,10 +134,11 @@ def eval_record(samples, n: int) -> dict[str, float]:
 class AgentsearchPPOTrainer(PPOTrainer.__ray_actor_class__):
     """OpenRLHF's ``PPOTrainer`` with agentsearch's replay, logs and checkpoints (module doc)."""
 
-    def __init__(self, pretrain, strategy, actor_model_group, critic_model_group, reward_model_group,
-                 reference_model_group, vllm_engines, **generate_kwargs):
-        super().__init__(pretrain, strategy, actor_model_group, critic_model_group, reward_model_group,
-                         reference_model_group, vllm_engines, **generate_kwargs)
+    def __init__(self, pretrain, strategy, actor_model_group, critic_model_group,
+                 reward_model_group, reference_model_group, vllm_engines, **generate_kwargs):
+        super().__init__(pretrain, strategy, actor_model_group, critic_model_group,
+                         reward_model_group, reference_model_group, vllm_engines,
+                         **generate_kwargs)
         cfg = getattr(strategy.args, "agentsearch", None)
         if cfg is None:
             raise ValueError("AgentsearchPPOTrainer needs args.agentsearch (run through "
@@ -159,12 +162,13 @@ class AgentsearchPPOTrainer(PPOTrainer.__ray_actor_class__):
             r = cfg.replay
             old = self.experience_maker
             self.experience_maker = HDRExperienceMaker(
-                old.actor_model_group, old.critic_model_group, old.reward_model_group, old.initial_model_group,
-                old.kl_ctl, old.strategy, old.tokenizer,
+                old.actor_model_group, old.critic_model_group, old.reward_model_group,
+                old.initial_model_group, old.kl_ctl, old.strategy, old.tokenizer,
                 replay=make_replay(r["kind"], **{k: v for k, v in r.items() if k != "kind"}))
             gen = self.samples_generator
-            self.samples_generator = HDRSamplesGenerator(strategy, gen.prompts_dataloader, gen.eval_dataloader,
-                                                         gen.tokenizer, gen.vllm_engines)
+            self.samples_generator = HDRSamplesGenerator(strategy, gen.prompts_dataloader,
+                                                         gen.eval_dataloader, gen.tokenizer,
+                                                         gen.vllm_engines)
             self.samples_generator.fresh = self.fresh_per_step
 
     def get_max_steps(self):
@@ -272,12 +276,13 @@ class AgentsearchPPOTrainer(PPOTrainer.__ray_actor_class__):
         if self.replaying and step > 0:
             path = replay_state_path(self.args.ckpt.path, step)
             if not path.exists():
-                raise RuntimeError(f"OpenRLHF restored global_step {step} but {path} is missing: the replay "
-                                   "buffer of that step is gone, so the run cannot resume as it was "
-                                   "(start a new run folder, or restore the file)")
+                raise RuntimeError(f"OpenRLHF restored global_step {step} but {path} is missing: "
+                                   "the replay buffer of that step is gone, so the run cannot "
+                                   "resume as it was (start a new run folder, or restore the file)")
             state = torch.load(path, weights_only=False)
             if int(state["global_step"]) != step:
-                raise RuntimeError(f"{path} holds the replay state of step {state['global_step']}, not {step}")
+                raise RuntimeError(f"{path} holds the replay state of step "
+                                   f"{state['global_step']}, not {step}")
             self.experience_maker.load_state_dict(state)
         if step == 0:  # OpenRLHF's fit calls this before its first step: the step-0 evaluation
             self._evaluate_if_due(0)
@@ -287,7 +292,8 @@ class AgentsearchPPOTrainer(PPOTrainer.__ray_actor_class__):
         """A resumed run re-logs the steps after its checkpoint: drop their old records."""
         path = self.run_dir / "metrics.jsonl"
         if path.exists():
-            keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln).get("step", 0) <= step]
+            keep = [ln for ln in path.read_text().splitlines()
+                    if ln.strip() and json.loads(ln).get("step", 0) <= step]
             path.write_text("".join(ln + "\n" for ln in keep))
 
     @torch.no_grad()
@@ -300,8 +306,8 @@ class AgentsearchPPOTrainer(PPOTrainer.__ray_actor_class__):
         for sink in (self.wandb_logger, self.tensorboard_logger):
             if sink:
                 sink.log_eval(global_step, logs)
-        self._log({"step": int(global_step), **eval_record(samples, n), "time/eval": time.time() - t0,
-                   "time/train_cumulative": self.train_cumulative})
+        self._log({"step": int(global_step), **eval_record(samples, n),
+                   "time/eval": time.time() - t0, "time/train_cumulative": self.train_cumulative})
         return logs
 
 

@@ -35,7 +35,8 @@ import torch
 from agentsearch.engines.openrlhf.compat import import_openrlhf
 
 __all__ = ["LocalActorGroup", "openrlhf_args", "play", "replay_episode", "to_experiences",
-           "make_hdr_maker", "replayed_logprob_diffs", "bf16_base", "fp32_actor", "lora_actor", "sync_gap", "run_smoke", "main"]
+           "make_hdr_maker", "replayed_logprob_diffs", "bf16_base", "fp32_actor", "lora_actor",
+           "sync_gap", "run_smoke", "main"]
 
 
 class LocalActorGroup:
@@ -70,7 +71,8 @@ class LocalActorGroup:
 
         self._actor_handlers = [Rank() for _ in range(actors)]
 
-    def forward(self, sequences, action_mask, attention_mask, packed_seq_lens=None, mm_train_inputs_list=None):
+    def forward(self, sequences, action_mask, attention_mask, packed_seq_lens=None,
+                mm_train_inputs_list=None):
         self.actor.eval()
         with torch.no_grad():
             return self.actor(sequences, action_mask, attention_mask).to("cpu")
@@ -95,7 +97,8 @@ def openrlhf_args(model_dir: str | Path, *, batch: int, n: int, extra: list[str]
         "--rollout.micro_batch_size", str(n), "--train.batch_size", str(batch * n),
         "--train.micro_batch_size", str(n), "--algo.advantage.estimator", "group_norm",
         "--data.max_len", "768", "--vllm.num_engines", "1", "--actor.num_nodes", "1",
-        "--actor.num_gpus_per_node", "1", "--ref.num_nodes", "1", "--ref.num_gpus_per_node", "1", *extra])
+        "--actor.num_gpus_per_node", "1", "--ref.num_nodes", "1", "--ref.num_gpus_per_node", "1",
+        *extra])
 
 
 def _sampling(temperature: float = 1.0):
@@ -104,14 +107,15 @@ def _sampling(temperature: float = 1.0):
     return SamplingParams(temperature=temperature, top_p=1.0, top_k=-1, max_tokens=None, logprobs=1)
 
 
-async def play(engine, tasks: list[dict], n: int, *, env_kwargs: dict, tokenizer, max_len: int = 768,
-               max_turns: int = 4, max_new_tokens: int = 32) -> list[dict]:
+async def play(engine, tasks: list[dict], n: int, *, env_kwargs: dict, tokenizer,
+               max_len: int = 768, max_turns: int = 4, max_new_tokens: int = 32) -> list[dict]:
     """OpenRLHF's ``generate_responses`` on each task (n samples each), our executor inside."""
     from agentsearch.engines.openrlhf.executor import task_label
 
     jobs = [engine.generate_responses(
-        prompt=t["question"], label=task_label("agentsearch/Search-v0", env_kwargs, t, max_turns=max_turns,
-                                               max_new_tokens=max_new_tokens),
+        prompt=t["question"],
+        label=task_label("agentsearch/Search-v0", env_kwargs, t, max_turns=max_turns,
+                         max_new_tokens=max_new_tokens),
         sampling_params=_sampling(), max_length=max_len, hf_tokenizer=tokenizer, num_samples=n)
         for t in tasks]
     return [r for group in await asyncio.gather(*jobs) for r in group]
@@ -122,7 +126,8 @@ def to_experiences(responses: list[dict], max_len: int = 768):
     import_openrlhf()
     from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 
-    return [SamplesGenerator._process_response_into_experience(None, r, max_len=max_len) for r in responses]
+    return [SamplesGenerator._process_response_into_experience(None, r, max_len=max_len)
+            for r in responses]
 
 
 async def replay_episode(response: dict, tokenizer, max_len: int = 768):
@@ -150,8 +155,9 @@ async def replay_episode(response: dict, tokenizer, max_len: int = 768):
 
     env = gymnasium.make(spec["env"], disable_env_checker=True, max_turns=spec["max_turns"],
                          **spec["env_kwargs"]).unwrapped
-    eps, _ = await arollout([env], [spec["task"]], ForcedBackend(), SamplingParams(spec["max_new_tokens"]),
-                            max_turns=spec["max_turns"], max_seq_len=max_len)
+    eps, _ = await arollout([env], [spec["task"]], ForcedBackend(),
+                            SamplingParams(spec["max_new_tokens"]), max_turns=spec["max_turns"],
+                            max_seq_len=max_len)
     return eps[0]
 
 
@@ -175,8 +181,8 @@ def make_hdr_maker(actor, tokenizer, args, *, k_rep: int = 2, tau: float = 1.0, 
     from agentsearch.engines.openrlhf.hdr import HDRExperienceMaker
     from agentsearch.replay import make_replay
 
-    return HDRExperienceMaker(LocalActorGroup(actor, actors), None, None, None, FixedKLController(0.0),
-                              SimpleNamespace(args=args), tokenizer,
+    return HDRExperienceMaker(LocalActorGroup(actor, actors), None, None, None,
+                              FixedKLController(0.0), SimpleNamespace(args=args), tokenizer,
                               replay=make_replay("hdr", capacity=capacity, k_rep=k_rep, tau=tau))
 
 
@@ -189,7 +195,8 @@ def bf16_base(model_dir: str | Path, out: str | Path) -> Path:
     if not (out / "model.safetensors").exists():
         shutil.copytree(model_dir, out, dirs_exist_ok=True)
         weights = load_file(str(Path(model_dir) / "model.safetensors"))
-        save_file({k: v.to(torch.bfloat16).float() for k, v in weights.items()}, str(out / "model.safetensors"))
+        save_file({k: v.to(torch.bfloat16).float() for k, v in weights.items()},
+                  str(out / "model.safetensors"))
     return out
 
 
@@ -267,15 +274,17 @@ async def _smoke(out: Path, prompts: int, n: int) -> dict:
     base = bf16_base(BASE_DIR, out / "base-bf16")
     engine = await start_engine(base, max_model_len=1024, lora_rank=8)
     try:
-        responses = await play(engine, tasks[: 2 * prompts], n, env_kwargs=env_kwargs, tokenizer=tok)
+        responses = await play(engine, tasks[: 2 * prompts], n, env_kwargs=env_kwargs,
+                               tokenizer=tok)
         rows = to_experiences(responses)
         mismatches, env_tokens = 0, 0
         for r, row in zip(responses, rows):
             ep = await replay_episode(r, tok)
             mine = torch.tensor(ep.action_mask[1:])
-            mismatches += int(ep.token_ids != row.sequences[0].tolist() or not torch.equal(mine, row.action_mask[0]))
+            mismatches += int(ep.token_ids != row.sequences[0].tolist()
+                              or not torch.equal(mine, row.action_mask[0]))
             env_tokens += int((row.action_mask[0] == 0).sum()) - ep.prompt_len + 1
-        args = openrlhf_args(BASE_DIR, batch=prompts + 2, n=n)          # prompts fresh + k_rep = 2 slots
+        args = openrlhf_args(BASE_DIR, batch=prompts + 2, n=n)  # prompts fresh + k_rep = 2 slots
         maker = make_hdr_maker(fp32_actor(BASE_DIR), tok, args, k_rep=2)
         maker.make_experience_batch(rows[: prompts * n])                 # step 0: ingress
         k = maker.scan()                                                # step 1
@@ -283,17 +292,21 @@ async def _smoke(out: Path, prompts: int, n: int) -> dict:
         replay_keys = list(maker.pending)
         stored = [r.action_log_probs.clone() for key in replay_keys for r in maker.rows[key]]
         batches = maker.make_experience_batch(fresh)
-        lp_diff = max((float(d) for d in replayed_logprob_diffs(batches, len(fresh), stored)), default=0.0)
+        lp_diff = max((float(d) for d in replayed_logprob_diffs(batches, len(fresh), stored)),
+                      default=0.0)
         lora = lora_actor(base)
         ids = [tok(t["question"])["input_ids"] for t in tasks[:2]]
         gap_before = await sync_gap(engine, lora, ids, sync=False)
         gap = await sync_gap(engine, lora, ids)
     finally:
         engine.llm.shutdown()
-    return {"episodes": len(responses), "multi_turn_episodes": sum(len(r["action_ranges"]) > 1 for r in responses),
+    return {"episodes": len(responses),
+            "multi_turn_episodes": sum(len(r["action_ranges"]) > 1 for r in responses),
             "env_tokens_masked": env_tokens, "mask_mismatches": mismatches,
-            "buffer_groups": len(maker.replay), "groups_replayed": k, "replayed_rows": len(stored), "replayed_logprob_max_diff": lp_diff,
-            "sync_logprob_gap_before": gap_before, "sync_logprob_gap": gap, "seconds": round(time.perf_counter() - t0, 1), "out": str(out)}
+            "buffer_groups": len(maker.replay), "groups_replayed": k, "replayed_rows": len(stored),
+            "replayed_logprob_max_diff": lp_diff,
+            "sync_logprob_gap_before": gap_before, "sync_logprob_gap": gap,
+            "seconds": round(time.perf_counter() - t0, 1), "out": str(out)}
 
 
 def run_smoke(out: str | Path | None = None, prompts: int = 4, n: int = 4) -> dict:
@@ -307,6 +320,7 @@ def run_smoke(out: str | Path | None = None, prompts: int = 4, n: int = 4) -> di
 def main(a) -> int:
     result = run_smoke(a.out, a.prompts, a.n)
     print(json.dumps(result), flush=True)
-    ok = result["mask_mismatches"] == 0 and result["sync_logprob_gap"] <= 1e-4 < result["sync_logprob_gap_before"] \
+    ok = result["mask_mismatches"] == 0 \
+        and result["sync_logprob_gap"] <= 1e-4 < result["sync_logprob_gap_before"] \
         and result["replayed_logprob_max_diff"] == 0.0
     return 0 if ok else 1
