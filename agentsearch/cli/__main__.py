@@ -1,0 +1,3 @@
+from agentsearch.cli import main
+
+raise SystemExit(main())
