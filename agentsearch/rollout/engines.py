@@ -57,7 +57,9 @@ class StreamEngine(ABC):
         self.version = 0
         self.live = self.in_env_count = 0
         self._pool = worker_thread("agentsearch-generate")
-        self._model_lock = threading.Lock()  # generation and weight sync never overlap
+        # generation and weight sync never overlap; held by whoever must stop generation
+        # (a weight sync, GroupPool.hold during an eval or checkpoint)
+        self.model_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._driver: asyncio.Task | None = None
 
@@ -128,7 +130,7 @@ class StreamEngine(ABC):
         rollout runs): no turn mixes versions. A turn being generated finishes on the old
         weights first (HF) or starts over on the new ones (vLLM: its KV cache holds the old
         weights); every turn is tagged with the version that generated all of it."""
-        with self._model_lock:
+        with self.model_lock:
             if hasattr(self.backend, "sync"):
                 self.backend.sync(model)
             self.version += 1
@@ -221,7 +223,7 @@ class MicroBatcher(StreamEngine):
                 r.future.set_result(replace(_cut_to(g, r.params.max_new_tokens), version=version))
 
     def _generate_locked(self, prompts, p, kwargs) -> tuple[int, list[Generation]]:
-        with self._model_lock:  # the version read with the weights that generate
+        with self.model_lock:  # the version read with the weights that generate
             return self.version, self.backend.generate(prompts, p, **kwargs)
 
     def _fail_all(self, error: Exception) -> None:
@@ -271,7 +273,7 @@ class VLLMStream(StreamEngine):
 
         while self._new or self._inflight:
             t0 = time.perf_counter()
-            with self._model_lock:  # a sync (from another thread) waits for the step
+            with self.model_lock:  # a sync (from another thread) waits for the step
                 outputs = self._admit_and_step()
             self.busy_s += time.perf_counter() - t0
             for out in outputs:

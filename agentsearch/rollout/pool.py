@@ -99,7 +99,7 @@ class GroupPool:
         event loop's thread, between takes."""
         self._gate.clear()
         try:  # the lock a weight sync takes: a batch being generated finishes, none starts
-            with getattr(self.engine, "_model_lock", None) or nullcontext():
+            with getattr(self.engine, "model_lock", None) or nullcontext():
                 yield
         finally:
             self._gate.set()
