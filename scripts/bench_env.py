@@ -28,7 +28,7 @@ import json
 import platform
 import time
 
-from agentsearch.analysis.provenance import ALLOW_DIRTY_HELP, require_clean
+from agentsearch.core.provenance import ALLOW_DIRTY_HELP, require_clean
 from agentsearch.envs import MathEnv, SearchEnv
 from agentsearch.models import load_tokenizer
 from agentsearch.retrievers.base import Hit

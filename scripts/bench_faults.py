@@ -47,7 +47,7 @@ from pathlib import Path
 
 import httpx
 
-from agentsearch.analysis.provenance import ALLOW_DIRTY_HELP, require_clean
+from agentsearch.core.provenance import ALLOW_DIRTY_HELP, require_clean
 from agentsearch.recipes.crash_trials import compare_runs
 from agentsearch.recipes.runner import subprocess_env
 from agentsearch.retrievers import serve_in_thread, world_index

@@ -36,8 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-from agentsearch.analysis.provenance import ALLOW_DIRTY_HELP, require_clean
 from agentsearch.core.cache import cache_dir
+from agentsearch.core.provenance import ALLOW_DIRTY_HELP, require_clean
 from agentsearch.data import read_jsonl, wiki_corpus
 from agentsearch.retrievers import RemoteRetriever, build_index, load_retriever
 from agentsearch.retrievers.process import ServerProcess

@@ -26,7 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from agentsearch.analysis.provenance import ALLOW_DIRTY_HELP, require_clean
+from agentsearch.core.provenance import ALLOW_DIRTY_HELP, require_clean
 from agentsearch.recipes.runner import agentsearch_cli, subprocess_env, train_run
 from agentsearch.trainer.metrics import read_metrics
 

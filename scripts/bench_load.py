@@ -52,7 +52,7 @@ from pathlib import Path
 
 import httpx
 
-from agentsearch.analysis.provenance import ALLOW_DIRTY_HELP, require_clean
+from agentsearch.core.provenance import ALLOW_DIRTY_HELP, require_clean
 from agentsearch.data import read_jsonl, world_dir
 from agentsearch.retrievers import world_index
 from agentsearch.retrievers.process import ServerProcess

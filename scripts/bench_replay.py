@@ -37,7 +37,7 @@ import time
 
 import torch
 
-from agentsearch.analysis.provenance import ALLOW_DIRTY_HELP, require_clean
+from agentsearch.core.provenance import ALLOW_DIRTY_HELP, require_clean
 from agentsearch.models import load_model
 from agentsearch.models.logprobs import make_score_fn, token_logprobs
 from agentsearch.replay import HeadroomDriftBuffer, ReplayGroup

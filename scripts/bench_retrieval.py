@@ -44,8 +44,8 @@ import bench_servers  # this folder
 import numpy as np
 from bench_servers import index
 
-from agentsearch.analysis.provenance import ALLOW_DIRTY_HELP, require_clean
 from agentsearch.core.cache import cache_dir
+from agentsearch.core.provenance import ALLOW_DIRTY_HELP, require_clean
 from agentsearch.data import read_jsonl, wiki_corpus, world_dir
 from agentsearch.retrievers import RemoteRetriever, load_retriever
 from agentsearch.retrievers.process import ServerProcess

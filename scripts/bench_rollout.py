@@ -27,8 +27,8 @@ import torch
 # vLLM logs to stdout: keep it to the JSON lines
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
-from agentsearch.analysis.provenance import ALLOW_DIRTY_HELP, require_clean
 from agentsearch.core.config import apply_overrides
+from agentsearch.core.provenance import ALLOW_DIRTY_HELP, require_clean
 from agentsearch.rollout import EventLoop, SamplingParams, rollout
 from agentsearch.rollout.engines import make_stream_engine
 from agentsearch.rollout.streaming import stream_rollout

@@ -261,7 +261,7 @@ def test_every_record_writing_script_checks_the_tree():
 
 
 def test_provenance_outside_a_checkout_is_not_citable(tmp_path):
-    from agentsearch.analysis.provenance import DirtyTree, require_clean, run_provenance, stamp_run
+    from agentsearch.core.provenance import DirtyTree, require_clean, run_provenance, stamp_run
 
     with pytest.raises(DirtyTree, match="not a git checkout"):
         require_clean("x", root=tmp_path)

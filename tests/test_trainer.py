@@ -55,6 +55,9 @@ def test_a_few_steps_train_and_log_every_phase(tmp_path):
     assert recs[-1]["time/train_cumulative"] > recs[1]["time/train_cumulative"]
     assert "eval/mean_at_n" in recs[0] and "eval/mean_at_n" in recs[-1]
     assert any(r["train/grad_norm"] > 0 and r["groups/zero_variance_frac"] < 1 for r in recs[1:])
+    # the run folder names the code and the machine it ran on (a record's provenance)
+    stamp = json.loads((tmp_path / "provenance.json").read_text())["sessions"][0]
+    assert len(stamp["git"]) == 40 and "cores" in stamp["machine"] and "clean" in stamp
     # the GRPO steps moved the weights: step 3 differs from the step-2 checkpoint
     from safetensors.torch import load_file
 

@@ -106,12 +106,13 @@ def build(out: str | Path | None = None, overrides: list[str] | None = None,
     import torch
 
     from agentsearch.core.cache import publish_dir
+    from agentsearch.core.provenance import tree_state
     from agentsearch.data.paths import tokenizer_dir
     from agentsearch.models.text import load_model
     from agentsearch.rollout.hf import HFBackend
     from agentsearch.trainer.checkpoint import save_final
     from agentsearch.trainer.eval import eval_envs, eval_settings, evaluate
-    from agentsearch.trainer.setup import build_envs, git_revision, seed_everything
+    from agentsearch.trainer.setup import build_envs, seed_everything
     from agentsearch.warmstart.stages import warm_start
 
     cfg = _config(overrides, base)
@@ -132,7 +133,7 @@ def build(out: str | Path | None = None, overrides: list[str] | None = None,
     record = {"recipe": recipe(overrides, base), "preset": BASE_RECIPES[base],
               "overrides": list(overrides or []), "code_sha256": code_fingerprint(base),
               "tokenizer_sha256": tokenizer_fingerprint(tokenizer_dir(cfg.model)),
-              "git": git_revision(), "torch": torch.__version__,
+              "git": tree_state()["git"][:7], "torch": torch.__version__,
               "built": time.strftime("%Y-%m-%d %H:%M"),
               "train_seconds": round(t_train, 1), "warm_start": metrics, "eval": dev}
     out = Path(out)

@@ -44,6 +44,7 @@ from agentsearch.algorithms.update import policy_update, rows_of
 from agentsearch.core.config import ConfigError, apply_overrides, dump, to_dict
 from agentsearch.core.failpoints import crash_point
 from agentsearch.core.progress import Progress
+from agentsearch.core.provenance import stamp_run, tree_state
 from agentsearch.core.reliability import OutageError, outages
 from agentsearch.models.logprobs import make_score_fn, token_logprobs
 from agentsearch.models.lora import count_parameters, frozen_reference, reference_policy
@@ -68,7 +69,6 @@ from agentsearch.trainer.setup import (
     build_envs,
     build_policy,
     build_replay,
-    git_revision,
     preflight,
     seed_everything,
 )
@@ -93,6 +93,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
            quiet: bool) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     dump(cfg, run_dir / "config.yaml")
+    stamp_run(run_dir)  # provenance.json: the revision, clean or not, the machine (each start)
     seed_everything(cfg.seed)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -303,7 +304,9 @@ def main(preset: str, out: str | None, overrides: list[str], resume: str | None 
         cfg = apply_overrides(TrainConfig, preset, overrides)
     # resume ignores --preset
     source = f"resume={run_dir / 'config.yaml'}" if resume else f"preset={preset}"
-    log.info("agentsearch train: %s git=%s run=%s", source, git_revision(), run_dir)
+    tree = tree_state()
+    log.info("agentsearch train: %s git=%s%s run=%s", source, tree["git"][:7],
+             " (uncommitted changes)" if tree["dirty"] else "", run_dir)
     final = train(cfg, run_dir, resume=bool(resume))
     print(json.dumps({k: v for k, v in final.items() if not math.isnan(v)}, indent=1))
     return 0

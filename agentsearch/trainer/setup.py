@@ -22,7 +22,7 @@ from agentsearch.trainer.train_config import TrainConfig
 
 __all__ = ["resolve_device", "build_policy", "build_backend", "build_envs",
            "build_replay", "TaskSampler", "LatencyTool", "seed_everything", "preflight",
-           "git_revision", "policy_tokenizer"]
+           "policy_tokenizer"]
 
 
 def seed_everything(seed: int) -> None:
@@ -269,15 +269,3 @@ def build_replay(cfg: TrainConfig):
                        scan_chunk=r.scan_chunk, headroom_weighting=r.headroom_weighting,
                        drift_kind=r.drift_kind, success_threshold=r.success_threshold,
                        seed=cfg.seed)
-
-
-def git_revision() -> str:
-    """The checkout's short revision, logged at the start of a run ("unknown" outside git)."""
-    import subprocess
-
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, cwd=Path(__file__).parent,
-                              timeout=5).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"

@@ -85,8 +85,8 @@ from suite_archive import (
     restore,
 )
 
-from agentsearch.analysis.provenance import ALLOW_DIRTY_HELP, require_clean, stamp_run
-from agentsearch.analysis.provenance import stamp as provenance
+from agentsearch.core.provenance import ALLOW_DIRTY_HELP, require_clean
+from agentsearch.core.provenance import stamp as provenance
 from agentsearch.recipes.runner import (
     ARCHIVED,
     agentsearch_cli,
@@ -117,7 +117,6 @@ def pilot(a) -> int:
               *a.overrides]
     if not a.verdict_only:
         def train(lr: str) -> bool:
-            stamp_run(runs[lr])
             return train_run(runs[lr], PRESET, [*common, f"lr={lr}"], threads=1)
 
         run_parallel(train, list(a.lrs), a.parallel)
@@ -196,8 +195,6 @@ def compare(a) -> int:
             return "archived before"
         if (out / HOLD).exists():
             return "held"
-        if not run_finished(spec.run):  # the code it trains with: the tree's at its start
-            stamp_run(spec.run)
         trained = train_run(spec.run, spec.preset, spec.overrides, threads=1)
         if not (spec.run / "final_evals.json").exists():
             _final_evals(spec.run)

@@ -54,7 +54,7 @@ No latency profile is added there unless ``--latency`` is given: the server is t
 Records: the suite refuses to start on a tree with uncommitted changes (``--allow-dirty``, for
 development, runs anyway and marks every record not citable); ``OUT/suite.json`` keeps one
 entry per invocation (its command, revision, machine and runs), and each run folder gets a
-``provenance.json`` stamp as it starts or resumes (``agentsearch.analysis.provenance``).
+``provenance.json`` stamp as it starts or resumes (``agentsearch.core.provenance``).
 
 Each run trains in ``OUT/<method>-s<seed>`` in a subprocess with ``--threads-per-run`` torch
 threads, ``--parallel`` at a time; a finished run (``final/`` + ``metrics.jsonl``) is skipped
@@ -79,7 +79,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentsearch.analysis.provenance import ALLOW_DIRTY_HELP, require_clean, stamp_run
+from agentsearch.core.provenance import ALLOW_DIRTY_HELP, require_clean
 from agentsearch.recipes.runner import (
     run_finished,
     run_parallel,
@@ -211,8 +211,6 @@ def resolve(a) -> tuple[list[Spec], dict]:
 # ------------------------------------------------------------------ running and reporting
 def one(spec: Spec, threads: int) -> dict:
     t0 = time.perf_counter()
-    if not run_finished(spec.run):  # the code this run trains with: the tree's at its start
-        stamp_run(spec.run)
     trained = train_run(spec.run, spec.preset, spec.overrides, threads=threads,
                         resume_overrides=spec.resume_overrides)
     took = time.perf_counter() - t0

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from agentsearch.analysis.hard_world import MACHINE_FILE
-from agentsearch.analysis.provenance import RUN_FILE
+from agentsearch.core.provenance import RUN_FILE
 from agentsearch.recipes.runner import ARCHIVED, run_finished
 
 __all__ = ["archive", "restore", "archive_run", "copy_calibrations"]

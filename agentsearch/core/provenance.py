@@ -134,9 +134,9 @@ RUN_FILE = "provenance.json"
 
 
 def stamp_run(run_dir: str | Path, root: str | Path = ROOT) -> dict:
-    """Append this session's ``stamp`` to ``run_dir/provenance.json`` (a suite calls it as each
-    run starts or resumes: the code a run trains with is the tree's at its start, and a suite
-    lasts hours) and return it."""
+    """Append this session's ``stamp`` to ``run_dir/provenance.json`` (``trainer.loop.train``
+    calls it as every run starts or resumes: the code a run trains with is the tree's at its
+    start, and a suite lasts hours) and return it."""
     import json
 
     path = Path(run_dir) / RUN_FILE
