@@ -32,8 +32,11 @@ def ensure_local_ray(num_cpus: int = 1) -> None:
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
+        # address="local": a new runtime even where RAY_ADDRESS still names one that was shut
+        # down in this process (Ray leaves it set; a plain init then tries to join that address
+        # and refuses num_cpus: "When connecting to an existing cluster, num_cpus ...")
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
 
 
 async def start_engine(model_dir: str | Path, *, max_model_len: int = 1024, seed: int = 0,
