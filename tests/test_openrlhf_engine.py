@@ -261,4 +261,4 @@ def test_smoke_command_prints_one_json_line(tmp_path, capsys):
     assert rc == 0 and result["mask_mismatches"] == 0 and result["episodes"] == 24
     assert (result["env_tokens_masked"] > 0
             and result["sync_logprob_gap"] <= 1e-4 < result["sync_logprob_gap_before"])
-    assert (tmp_path / "smoke.json").exists()
+    assert (tmp_path / "smoke.json").exists() and len(result["provenance"]["git"]) == 40

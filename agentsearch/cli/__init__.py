@@ -49,6 +49,9 @@ def _quiet_env() -> None:
     # own level on import, so a level set here would not hold; a filter on the logger does.
     logging.getLogger("DeepSpeed").addFilter(_DropNotice("Setting accelerator to CPU"))
     logging.getLogger("matplotlib").setLevel(logging.WARNING)  # "generated new fontManager"
+    # vLLM's start-up notices (eager mode, no Triton on CPU, ...) print on stdout at WARNING,
+    # around the one JSON line `openrlhf smoke` prints; its errors still show
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -318,8 +318,10 @@ def run_smoke(out: str | Path | None = None, prompts: int = 4, n: int = 4) -> di
 
 
 def main(a) -> int:
+    from agentsearch.core.provenance import stamp
+
     result = run_smoke(a.out, a.prompts, a.n)
-    print(json.dumps(result), flush=True)
+    print(json.dumps({**result, "provenance": stamp()}), flush=True)
     ok = result["mask_mismatches"] == 0 \
         and result["sync_logprob_gap"] <= 1e-4 < result["sync_logprob_gap_before"] \
         and result["replayed_logprob_max_diff"] == 0.0
