@@ -318,9 +318,21 @@ def run_smoke(out: str | Path | None = None, prompts: int = 4, n: int = 4) -> di
 
 
 def main(a) -> int:
+    import contextlib
+    import sys
+
     from agentsearch.core.provenance import stamp
 
-    result = run_smoke(a.out, a.prompts, a.n)
+    # stdout holds the one JSON line: OpenRLHF's own log lines (its handler holds the stdout
+    # it found at import) and its prints ("[MoE] experts_implementation ...") go to stderr
+    from agentsearch.engines.openrlhf.compat import import_openrlhf
+
+    import_openrlhf()
+    from openrlhf.utils import logging_utils
+
+    logging_utils._default_handler.setStream(sys.stderr)
+    with contextlib.redirect_stdout(sys.stderr):
+        result = run_smoke(a.out, a.prompts, a.n)
     print(json.dumps({**result, "provenance": stamp()}), flush=True)
     ok = result["mask_mismatches"] == 0 \
         and result["sync_logprob_gap"] <= 1e-4 < result["sync_logprob_gap_before"] \
