@@ -6,6 +6,9 @@ command, estimated minutes on this 2-core machine; timing ones need an otherwise
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from results_registry import AL, AS, ASYNC, HW, HWP, README, RS, RSD, R
 
 REVISIONS = {  # what is known of each record's code, by path prefix (the longest that matches)
@@ -25,7 +28,31 @@ REVISIONS = {  # what is known of each record's code, by path prefix (the longes
 }
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def stamps(record: str) -> list[dict]:
+    """The provenance stamps a record carries: its run folder's ``provenance.json`` (a training
+    run) or the ``provenance`` of its JSON lines (a bench); [] for records written before."""
+    path = ROOT / record
+    folder = path if path.is_dir() else path.parent
+    if (folder / "provenance.json").exists():
+        return json.loads((folder / "provenance.json").read_text()).get("sessions", [])
+    if path.suffix in (".jsonl", ".json") and path.is_file():
+        text = path.read_text()
+        lines = [json.loads(text)] if path.suffix == ".json" else \
+            [json.loads(ln) for ln in text.splitlines() if ln.strip()]
+        return [ln["provenance"] for ln in lines if isinstance(ln, dict) and "provenance" in ln]
+    return []
+
+
 def revision(record: str) -> str:
+    """What is known of a record's code: its own stamps where it has them, else ``REVISIONS``."""
+    if found := stamps(record):
+        revs = ", ".join(dict.fromkeys(st["git"][:7] for st in found))
+        clean = all(st.get("clean") for st in found)
+        machines = "; ".join(dict.fromkeys(st.get("machine", "?") for st in found))
+        return f"{revs} ({'clean tree' if clean else 'dirty tree, not citable'}; {machines})"
     return REVISIONS[max((p for p in REVISIONS if record.startswith(p)), key=len)]
 
 
@@ -43,35 +70,18 @@ RERUNS = {  # what brings a record back: (command, estimated minutes on this 2-c
     "diagnose": ("agentsearch diagnose --model tiny-chain-base --preset tiny-chains --limit 200 "
                  "env_kwargs.world_seed=S for S in 0 500 1000, and the same for the worlds bases "
                  "(not timing)", 6 * 3),
-    "env": ("OMP_NUM_THREADS=1 python scripts/bench_env.py > docs/results/envs/bench_env.jsonl "
-            "(timing)", 3),
-    "client": ("python scripts/bench_retrieval.py --only a >> "
-               "docs/results/retrieval/bench_client.jsonl (timing)", 5),
-    "scan": ("OMP_NUM_THREADS=1 python scripts/bench_replay.py --only throughput > "
-             "docs/results/replay/bench_replay.jsonl (timing)", 3),
-    "smoke": ("agentsearch openrlhf smoke > docs/results/openrlhf/smoke.jsonl (not timing: the "
-              "mask mismatches and logprob gaps)", 5),
-    "rollout": ("OMP_NUM_THREADS=1 python scripts/bench_rollout.py --backends hf --latencies 0 "
-                "--repeats 3 (the median-of-3 row; timing)", 3),
 }
 
 NO_RECORD: list[tuple[str, str, str]] = [  # (quoted text saying "no record", page, rerun)
-    ("What it printed on 2026-12-01 (no record: the run was not kept;", README, "demo"),
     ("took about 20 minutes here (no record kept)", README, "ci"),
     ("- **Suite wall-clock:** 40 min (no record).", RS, "replay"),
     ("The suites' wall-clock minutes quoted below have no record.", ASYNC, "async"),
-    ("a median of 3 repeats, 1.26×, has no record", ASYNC, "rollout"),
     ("No record was kept of the bases' `agentsearch diagnose` tables, the tokenizer measurements, "
      "the base build times or the load log's timings: those paragraphs' figures have no record.",
      HW, "diagnose"),
 ]
 
 REMOVED = [  # figures taken out of README.md for want of a record: (figure, rerun)
-    ("env overhead 221 µs per episode-turn (tags, 256 concurrent episodes)", "env"),
-    ("the micro-batching client's 13.0× the q/s of one request per call (bm25s)", "client"),
-    ("the drift scan at 1.07× a plain forward's tokens/s", "scan"),
-    ("the OpenRLHF CPU smoke run's 0 mask mismatches, logprob gap 3.9e-3 before / 4e-6 after",
-     "smoke"),
     ("make test's 19 min 36 s (746 tests in 16 min 10 s) and 23 min 12 s", "ci"),
     ("the demo's earlier seeds and bases: +21.9 to +23.6 points", "demo"),
     ("HDR ~1.55× on-policy GRPO's time to its dev EM on the demo (a training-time ratio: now 1.56× "

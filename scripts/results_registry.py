@@ -5,119 +5,68 @@ may reflow), the number as printed, the record(s) under the checkout, a pure fun
 checkout's root that recomputes it from them (``agentsearch.analysis.figures``), a tolerance
 (None: half a unit of the last printed digit), whether it comes from a model (``predicted``: its
 sentence must say so) and whether its record is citable (False: a dirty tree; the page must say
-"not citable"). ``NO_RECORD``: quoted text (containing "no record") whose runs were not kept, with
+"not citable"); ``results_sources.py`` defines them and the records' paths. ``NO_RECORD``
+(``results_provenance.py``): quoted text (containing "no record") whose runs were not kept, with
 the key of its rerun in ``RERUNS`` (command, estimated minutes on this 2-core machine).
 ``group(page, quote, records, [(shown, value), ...])`` registers several numbers of one quote.
 """
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
+from results_sources import (  # noqa: F401 (Figure, README, ...: re-exported)
+    AL,
+    AS,
+    ASYNC,
+    C4_02,
+    CLIENT,
+    CRASH,
+    DEMO,
+    DIAG,
+    ENV,
+    FAULTS,
+    FUZZ,
+    HW,
+    HWP,
+    LAT02,
+    LEARNING,
+    LOAD,
+    MATH,
+    MATH10,
+    OLD,
+    PAIR,
+    PAIR_CAL,
+    README,
+    ROLLOUT,
+    ROLLOUT3,
+    RS,
+    RSD,
+    SCALE,
+    SCAN,
+    SERVERS,
+    SMOKE,
+    VISION,
+    WORLDS,
+    Figure,
+    R,
+    csv_mean,
+    demo,
+    every,
+    group,
+    ival,
+    j,
+    math3,
+    mean,
+    old_seeds,
+    pair,
+    reached,
+    rows,
+    seed_pair,
+    speedup,
+    waits,
+    zipped,
+)
 
 from agentsearch.analysis import figures as F
-
-
-@dataclass(frozen=True)
-class Figure:
-    page: str
-    quote: str
-    shown: str
-    records: tuple[str, ...]
-    value: Callable[[Path], float]
-    tol: float | None = None
-    predicted: bool = False
-    citable: bool = True
-
-
-def group(page: str, quote: str, records, pairs, **kw) -> list[Figure]:
-    recs = (records,) if isinstance(records, str) else tuple(records)
-    return [Figure(page, quote, shown, recs, fn, **kw) for shown, fn in pairs]
-
-
-R, README = "docs/results/", "README.md"
-HW, HWP, ASYNC, RS, MATH = (R + x for x in ("hard_world.md", "hard_world/", "async.md",
-                                             "replay_suite.md", "math.md"))
-WORLDS, OLD = HWP + "runs-worlds/lat-0", HWP + "runs/lat-0"  # latency 0: the new and old base
-LAT02, C4_02 = HWP + "runs/lat-0.2", HWP + "runs/lat-0.2-c4"
-PAIR, PAIR_CAL = HWP + "worlds-lat-1.0-c4/runs", HWP + "runs-worlds/calibration"
-FAULTS, LOAD, CRASH, FUZZ = (R + f"reliability/bench_{b}.jsonl"
-                             for b in ("faults", "load", "crash", "fuzz"))
-SERVERS, SCALE = R + "retrieval/bench_servers.jsonl", R + "retrieval/bench_index_scale.jsonl"
-ROLLOUT, VISION, LEARNING = R + "async/bench_rollout.jsonl", R + "vision/summary.json", \
-    R + "learning/summary.json"
-MATH10, DIAG = R + "math/summary-eval-every-10.json", R + "learning/diagnose-tiny-base.json"
-AL, AS, RSD = R + "async/learning/", R + "async/search_r1/", R + "replay_suite/"
-mean = statistics.fmean
-
-
-# ---------------------------------------------------------------- value functions
-def j(record: str, dotted: str, agg: Callable | None = None, **match) -> Callable[[Path], float]:
-    """A field of one JSON line (``agg`` over a list field: min, max, mean)."""
-    def value(root: Path) -> float:
-        v = F.field(root / record, dotted, **match)
-        return agg(v) if agg else v
-    return value
-
-
-def every(record: str, key: str, agg: Callable) -> Callable[[Path], float]:
-    """``agg`` over ``key`` of every per-env dict of every line (the fuzz record)."""
-    return lambda root: agg(v[key] for d in F.json_lines(root / record) for v in d.values()
-                            if isinstance(v, dict))
-
-
-def math3(agg, key: str) -> Callable[[Path], float]:
-    """Over the three methods of the math bench's JSON line."""
-    return lambda root: agg(x for m in ("hdr", "none", "naive") for x in F.field(root / MATH10,
-                                                                                 f"{m}.{key}"))
-
-
-def rows(suite: str, method: str, key: str, share: float | None = 0.9):
-    return lambda root: F.suite_rows(str(root / suite), share)[method][key]
-
-
-def speedup(suite: str, method: str):
-    return lambda root: F.suite_speedup(root / suite, method)
-
-
-def reached(suite: str, method: str):
-    """Seeds that reach on-policy-larger's final itself (the HDR paper's test)."""
-    return lambda root: float(F.suite_rows(str(root / suite), None)[method]["reached"][0])
-
-
-def ival(method: str, slots: int = 0, mean_s: float | None = None, key: str = "same_seed",
-         suite: str = WORLDS) -> list[Callable]:
-    """Predicted (value, lo, hi) of the work-priced clock and its fit bootstrap."""
-    return [lambda root, i=i: F.predicted_interval(root / suite, method, slots, mean_s, key)[i]
-            for i in range(3)]
-
-
-def pair(clock: str):
-    return lambda root: F.measured_pair(root / PAIR, root / WORLDS, 4, 1.0, root / PAIR_CAL, clock)
-
-
-def csv_mean(csv: str, col: str, **match):
-    return lambda root: mean(float(r[col]) for r in F.csv_rows(root / csv, **match)
-                             if r[col] not in ("never", ""))
-
-
-def old_seeds(method: str, key: str, stat: str = "mean", scale: float = 1.0):
-    return lambda root: scale * F.run_mean(root / OLD, method, key, (0, 1, 2), stat)
-
-
-def seed_pair(suite: str, seed: int):
-    return lambda root: F.seed_pair(root / suite, "hdr", seed, F.target_of(root / OLD))
-
-
-def waits(suite: str, twins: str, mean_s: float, cal: str):
-    return lambda root: 100 * F.wait_error(root / suite, root / twins, 4, mean_s, root / cal)
-
-
-def zipped(shown: tuple[str, ...], fns: list[Callable]) -> list[tuple[str, Callable]]:
-    return list(zip(shown, fns))
-
 
 # ---------------------------------------------------------------- README.md
 FIGURES: list[Figure] = [
@@ -171,6 +120,38 @@ FIGURES: list[Figure] = [
         ("10,000", every(FUZZ, "steps", min))]),
     *group(README, "7,101-7,859 of them malformed", FUZZ, [
         ("7,101", every(FUZZ, "malformed", min)), ("7,859", every(FUZZ, "malformed", max))]),
+    *group(README, "bridge │     0.000 -> 0.466 │       1.00 -> 2.05 │              1.00 -> 0.00",
+           DEMO, [("0.000", demo("eval/bridge/mean_at_n", 0)),
+                  ("0.466", demo("eval/bridge/mean_at_n", 40)),
+                  ("1.00", demo("eval/bridge/searches", 0)),
+                  ("2.05", demo("eval/bridge/searches", 40)),
+                  ("1.00", demo("eval/bridge/one_search_answer", 0)),
+                  ("0.00", demo("eval/bridge/one_search_answer", 40))]),
+    *group(README, "single │     0.392 -> 0.367 │       1.00 -> 1.06 │              1.00 -> 0.94",
+           DEMO, [("0.392", demo("eval/single/mean_at_n", 0)),
+                  ("0.367", demo("eval/single/mean_at_n", 40)),
+                  ("1.06", demo("eval/single/searches", 40)),
+                  ("0.94", demo("eval/single/one_search_answer", 40))]),
+    *group(README, "all │     0.196 -> 0.417 (+22.1 pts)", DEMO, [
+        ("0.196", demo("eval/mean_at_n", 0)), ("0.417", demo("eval/mean_at_n", 40)),
+        ("22.1", lambda root: 100 * (F.run_metric(root / DEMO, "eval/mean_at_n", 40)
+                                     - F.run_metric(root / DEMO, "eval/mean_at_n", 0)))]),
+    *group(README, "the demo took 106 s, of which RL 82 s", DEMO, [
+        ("106", j(DEMO + "demo_summary.json", "wall_s")),
+        ("82", demo("time/train_cumulative", 40))]),
+    *group(README, "env overhead 183 µs per episode-turn (tags, 256 concurrent episodes)", ENV, [
+        ("183", j(ENV, "overhead_us_per_episode_turn", bench="env_overhead", format="tags"))]),
+    *group(README, "8.94× the q/s of one request per call, bm25s", CLIENT, [
+        ("8.94", j(CLIENT, "speedup", index="bm25s"))]),
+    *group(README, "the drift scan at 0.987× a plain forward's tokens/s", SCAN, [
+        ("0.987", j(SCAN, "ratio"))]),
+    *group(README, "0 action-mask mismatches in 32 episodes, logprob gap 1.3e-3 before and "
+           "3.8e-6 after", SMOKE, [
+        ("0", j(SMOKE, "mask_mismatches")), ("32", j(SMOKE, "episodes")),
+        ("1.3e-3", j(SMOKE, "sync_logprob_gap_before")), ("3.8e-6", j(SMOKE, "sync_logprob_gap"))]),
+    *group(ASYNC, "rerun 2026-12-05 on a 2-core Xeon: 67.7 vs 94.9 episodes/s, 1.40×", ROLLOUT3, [
+        ("67.7", j(ROLLOUT3, "lockstep_eps_per_s")), ("94.9", j(ROLLOUT3, "async_eps_per_s")),
+        ("1.40", j(ROLLOUT3, "ratio"))]),
     *group(README, "copying precision (0.41–0.46 even with the right strategy)", DIAG, [
         ("0.41", j(DIAG, "table.thorough.single")), ("0.46", j(DIAG, "table.thorough.bridge"))]),
     *group(README, "HDR's 40 steps take 1.56× on-policy GRPO's training time", LEARNING, [

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from agentsearch.analysis.archive import REFERENCE_METHOD, analysed
 from agentsearch.analysis.hard_world import method_table, nonnegative_lstsq, work_model
-from agentsearch.analysis.runs import Run
+from agentsearch.analysis.runs import Run, load_run
 from agentsearch.analysis.tool_queue import step_wait, turn_calls
 
 __all__ = ["json_lines", "line", "field", "csv_rows", "to_target", "per_step", "curve_to_target",
@@ -72,6 +72,14 @@ def _has(obj, dotted: str) -> bool:
 def field(path: str | Path, dotted: str, **match):
     """``dotted`` (``a.b.0``) of the one line of ``path`` matching ``match``."""
     return _get(line(path, **match), dotted)
+
+
+def run_metric(run_dir: str | Path, key: str, step: int) -> float:
+    """``key`` of a run record's ``step`` (the last record of that step: a resumed run re-logs)."""
+    recs = [r for r in load_run(run_dir).records if r.get("step") == step and key in r]
+    if not recs:
+        raise KeyError(f"{run_dir}: no {key!r} at step {step}")
+    return recs[-1][key]
 
 
 def csv_rows(path: str | Path, **match) -> list[dict]:
