@@ -62,6 +62,19 @@ def small_world_path(tmp_path_factory):
 
 
 @pytest.fixture
+def quick_outages():
+    """The process's tracker with short backoffs for the test, restored after it."""
+    from agentsearch.core.reliability import outages
+
+    saved = (outages.budget_s, outages.warn_every_s, outages.backoff_s, outages.backoff_max_s)
+    outages.configure(budget_s=30, warn_every_s=30, backoff_s=0.05, backoff_max_s=0.2)
+    yield outages
+    outages.recovered()
+    outages.configure(budget_s=saved[0], warn_every_s=saved[1], backoff_s=saved[2],
+                      backoff_max_s=saved[3])
+
+
+@pytest.fixture
 def httpx_clients(monkeypatch):
     """The list of every ``httpx.AsyncClient`` created during the test (instrumentation: the
     real clients still run)."""

@@ -14,23 +14,12 @@ import time
 
 import pytest
 
-from agentsearch.core.reliability import InfraError, OutageError, outages
+from agentsearch.core.reliability import InfraError, OutageError
 from agentsearch.envs import MathEnv, rewards
 from agentsearch.envs.math_grader import MathGrader
 
 SLOW = "9^{9^{9^{9}}}"  # a power tower the checker cannot finish (test_env_math.SLOW)
 TASK = {"id": "p", "question": "?", "golden_answers": ["2^{2n}"]}  # "4^n" needs the checker
-
-
-@pytest.fixture
-def quick_outages():
-    """The process's tracker with short backoffs for the test, restored after it."""
-    saved = (outages.budget_s, outages.warn_every_s, outages.backoff_s, outages.backoff_max_s)
-    outages.configure(budget_s=30, warn_every_s=30, backoff_s=0.05, backoff_max_s=0.2)
-    yield outages
-    outages.recovered()
-    outages.configure(budget_s=saved[0], warn_every_s=saved[1], backoff_s=saved[2],
-                      backoff_max_s=saved[3])
 
 
 @pytest.fixture

@@ -13,20 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from agentsearch.core.reliability import InfraError, OutageError, OutageTracker, outages
+from agentsearch.core.reliability import InfraError, OutageError, OutageTracker
 from agentsearch.envs import SearchEnv
 from agentsearch.retrievers import load_retriever, serve_in_thread, world_index
-
-
-@pytest.fixture
-def quick_outages():
-    """The process's tracker with short backoffs for the test, restored after it."""
-    saved = (outages.budget_s, outages.warn_every_s, outages.backoff_s, outages.backoff_max_s)
-    outages.configure(budget_s=30, warn_every_s=30, backoff_s=0.05, backoff_max_s=0.2)
-    yield outages
-    outages.recovered()
-    outages.configure(budget_s=saved[0], warn_every_s=saved[1], backoff_s=saved[2],
-                      backoff_max_s=saved[3])
 
 
 @pytest.fixture(scope="module")

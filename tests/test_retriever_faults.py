@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from agentsearch.core.reliability import InfraError, outages
+from agentsearch.core.reliability import InfraError
 from agentsearch.envs import SearchEnv
 from agentsearch.envs.tools import SearchTool
 from agentsearch.retrievers import Hit, RemoteRetriever, RetrieverError
@@ -59,17 +59,6 @@ def server(answer):
     finally:
         httpd.shutdown()
         httpd.server_close()
-
-
-@pytest.fixture
-def quick_outages():
-    """The process's tracker with short backoffs for the test, restored after it."""
-    saved = (outages.budget_s, outages.warn_every_s, outages.backoff_s, outages.backoff_max_s)
-    outages.configure(budget_s=30, warn_every_s=30, backoff_s=0.05, backoff_max_s=0.2)
-    yield outages
-    outages.recovered()
-    outages.configure(budget_s=saved[0], warn_every_s=saved[1], backoff_s=saved[2],
-                      backoff_max_s=saved[3])
 
 
 def _titles(hits: list[list[Hit]]) -> list[str]:
