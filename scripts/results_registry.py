@@ -242,28 +242,25 @@ FIGURES += [
            + zipped(("2.20", "2.05", "2.37"), ival("hdr_k8", suite=OLD)), predicted=True),
 ]
 
+def rollout_row(quote: str, backend: str, latency: float) -> list[Figure]:
+    """A row of async.md's throughput table: lock-step and streaming episodes/s and their ratio,
+    the row's three numbers in that order in ``quote``."""
+    shown = [c.strip().rstrip("×") for c in quote.strip("| ").split("|")[2:5]]
+    keys = ("lockstep_eps_per_s", "async_eps_per_s", "ratio")
+    return group(ASYNC, quote, ROLLOUT, [(v, j(ROLLOUT, k, backend=backend, latency_mean_s=latency))
+                                         for v, k in zip(shown, keys)])
+
+
 # ---------------------------------------------------------------- async.md
 _E2E = ("reaches the Search-R1-equivalent's final score (0.412) in 0.81× the "
         "Search-R1-equivalent's own time to it** (35.1 s against 43.2 s, 3/3 seeds each), and its "
         "steps take **0.93×** as long (per-step ratio: 4.37 s against 4.72 s)")
 TTT, TIME = AS + "pareto_time_to_target.csv", AS + "pareto_time.csv"
 FIGURES += [
-    *group(ASYNC, "| HF | log-normal, mean 0.5 s, σ 1.0 | 13.5 | 42.7 | 3.15× |", ROLLOUT, [
-        ("13.5", j(ROLLOUT, "lockstep_eps_per_s", backend="hf", latency_mean_s=0.5)),
-        ("42.7", j(ROLLOUT, "async_eps_per_s", backend="hf", latency_mean_s=0.5)),
-        ("3.15", j(ROLLOUT, "ratio", backend="hf", latency_mean_s=0.5))]),
-    *group(ASYNC, "| HF | 0 | 34.6 | 51.3 | 1.48×", ROLLOUT, [
-        ("34.6", j(ROLLOUT, "lockstep_eps_per_s", backend="hf", latency_mean_s=0.0)),
-        ("51.3", j(ROLLOUT, "async_eps_per_s", backend="hf", latency_mean_s=0.0)),
-        ("1.48", j(ROLLOUT, "ratio", backend="hf", latency_mean_s=0.0))]),
-    *group(ASYNC, "| vLLM | log-normal, mean 0.5 s, σ 1.0 | 16.9 | 49.1 | 2.90× |", ROLLOUT, [
-        ("16.9", j(ROLLOUT, "lockstep_eps_per_s", backend="vllm", latency_mean_s=0.5)),
-        ("49.1", j(ROLLOUT, "async_eps_per_s", backend="vllm", latency_mean_s=0.5)),
-        ("2.90", j(ROLLOUT, "ratio", backend="vllm", latency_mean_s=0.5))]),
-    *group(ASYNC, "| vLLM | 0 | 84.5 | 82.5 | 0.98× |", ROLLOUT, [
-        ("84.5", j(ROLLOUT, "lockstep_eps_per_s", backend="vllm", latency_mean_s=0.0)),
-        ("82.5", j(ROLLOUT, "async_eps_per_s", backend="vllm", latency_mean_s=0.0)),
-        ("0.98", j(ROLLOUT, "ratio", backend="vllm", latency_mean_s=0.0))]),
+    *rollout_row("| HF | log-normal, mean 0.5 s, σ 1.0 | 13.5 | 42.7 | 3.15× |", "hf", 0.5),
+    *rollout_row("| HF | 0 | 34.6 | 51.3 | 1.48×", "hf", 0.0),
+    *rollout_row("| vLLM | log-normal, mean 0.5 s, σ 1.0 | 16.9 | 49.1 | 2.90× |", "vllm", 0.5),
+    *rollout_row("| vLLM | 0 | 84.5 | 82.5 | 0.98× |", "vllm", 0.0),
     *group(ASYNC, _E2E, (TTT, TIME), [
         ("0.81", lambda root: F.to_target(root / TTT, "full_stack_async", "search_r1_equivalent")),
         ("35.1", csv_mean(TTT, "time_to_target", method="full_stack_async")),
