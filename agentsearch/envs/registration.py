@@ -19,6 +19,7 @@ ENV_IDS = {
     "agentsearch/Math-v0": "agentsearch.envs.math:MathEnv",
     "agentsearch/Vision-v0": "agentsearch.envs.vision:VisionEnv",
     "agentsearch/KeyChain-v0": "agentsearch.envs.keychain:KeyChainEnv",
+    "agentsearch/WikiSearch-v0": "agentsearch.envs.wiki:WikiSearchEnv",
 }
 
 
