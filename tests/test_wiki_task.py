@@ -114,3 +114,21 @@ def test_the_baselines_answer_in_one_turn_without_a_tool(splits, context):
 def test_an_unknown_split_is_a_clear_error():
     with pytest.raises(Exception, match="no split 'validation'.*train, dev, test, people"):
         make_env("agentsearch/WikiSearch-v0", split="validation").reset(seed=0)
+
+
+def test_the_oracle_searches_what_the_question_says_never_the_answer(splits):
+    from agentsearch.data.wiki_questions import oracle_query
+    from agentsearch.envs.wiki import WikiSearchEnv
+    from agentsearch.models import load_tokenizer
+    from agentsearch.warmstart.search_oracle import oracle_episodes
+
+    for r in splits["train"] + splits["people"]:
+        assert not gives_away(r["golden_answers"][0], oracle_query(r))
+    tok = load_tokenizer("tiny")
+    envs = [WikiSearchEnv(turn_format="json", topk=2) for _ in range(16)]
+    eps = oracle_episodes(envs, tok, count=48, turn_format="json", world="wiki",
+                          max_seq_len=4096)  # the world tokenizer splits English finely
+    assert len(eps) >= 40  # kept: the answer stood in what the search returned
+    assert all(e.info["tool_calls"] == 1 and e.answer_correct for e in eps)
+    calls = [tok.decode([t for t, m in zip(e.token_ids, e.action_mask) if m]) for e in eps]
+    assert all('"name": "search"' in c for c in calls)

@@ -35,7 +35,7 @@ from pathlib import Path
 from agentsearch.data.loaders import _package_file, wiki_corpus, write_jsonl
 
 __all__ = ["VERSION", "SPLITS", "build_wiki_questions", "people_questions", "wiki_dir",
-           "gives_away", "page_split"]
+           "gives_away", "page_split", "oracle_query"]
 
 VERSION = 1
 """Bumped whenever the construction changes (the cache folder's name carries it)."""
@@ -139,6 +139,21 @@ def _nationality_question(title: str, first: str) -> dict | None:
     verb = first[len(bare) + 1:].split()[0]
     return {"question": f"What nationality {verb} {bare}?", "answers": [m.group(1)],
             "type": "nationality"}
+
+
+def oracle_query(row: dict) -> str:
+    """What a scripted searcher types for a question, from the question alone (never the
+    answer): a ``name`` question's description, a ``year`` question's article title, a
+    ``nationality`` question's person; a question written by people is searched as it is."""
+    q = str(row["question"]).strip()
+    kind = row.get("type")
+    if kind == "name" and q.startswith("What is the name of the "):
+        return q[len("What is the name of the "):].rstrip("?")
+    if kind == "year" and (m := re.match(r'In the article "(.+?)": ', q)):
+        return m.group(1)
+    if kind == "nationality" and (m := re.match(r"What nationality (?:is|was) (.+)\?$", q)):
+        return m.group(1)
+    return q
 
 
 def build_wiki_questions(corpus: list[dict] | None = None) -> dict[str, list[dict]]:

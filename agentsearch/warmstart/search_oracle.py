@@ -45,7 +45,8 @@ from collections.abc import Callable
 
 from agentsearch.rollout import Episode, SamplingParams, ScriptedBackend, rollout
 
-__all__ = ["STRATEGIES", "check_strategies", "search_oracle", "world_oracle", "oracle_episodes"]
+__all__ = ["STRATEGIES", "check_strategies", "search_oracle", "world_oracle", "wiki_oracle",
+           "oracle_episodes"]
 
 STRATEGIES = ("thorough", "one_search")
 """When a scripted agent stops searching (see the module docstring)."""
@@ -68,12 +69,14 @@ _QUESTION = re.compile(r"Question: (.*?)(?:\n|<\|im_end\|>|</s>|$)")
 
 def search_oracle(tasks: list[dict], titles: dict[str, str], turn_format: str = "tags",
                   eos: str = "<|im_end|>", *, think: bool = True, noise: float = 0.0,
-                  seed: int = 0, strategies: dict[str, float] | None = None
-                  ) -> Callable[[str], str]:
+                  seed: int = 0, strategies: dict[str, float] | None = None,
+                  queries: Callable[[dict], list[str]] | None = None) -> Callable[[str], str]:
     """A policy ``conversation -> turn`` for tasks with ``gold_doc_ids``; ``titles`` maps
     document ids to article titles. ``eos`` ends JSON-format turns (the template's
     end-of-turn text). ``strategies``: shares of ``STRATEGIES`` (default all ``thorough``);
-    ``policy.strategy_of`` maps each question to the strategy it was given."""
+    ``policy.strategy_of`` maps each question to the strategy it was given. ``queries``: a
+    task's searches in order, instead of its gold articles' titles (where a title would give
+    the answer away, as in the real-text task's ``name`` questions)."""
     by_question = {str(t["question"]).strip(): t for t in tasks}
     rng = random.Random(seed)
     detour = {q: rng.random() < noise for q in by_question}
@@ -92,7 +95,8 @@ def search_oracle(tasks: list[dict], titles: dict[str, str], turn_format: str = 
     def policy(conversation: str) -> str:
         task = find(conversation)
         q = str(task["question"]).strip()
-        hops = [titles[d] for d in task.get("gold_doc_ids", []) if d in titles]
+        hops = (queries(task) if queries is not None
+                else [titles[d] for d in task.get("gold_doc_ids", []) if d in titles])
         answer = str(task["golden_answers"][0])
         if strategy_of[q] == "one_search" and len(hops) > 1:
             hops, answer = hops[:1], hops[1]  # the name the first article gives on the path
@@ -134,6 +138,18 @@ def world_oracle(split: str = "train", seed: int = 0, entities: int | None = Non
     return tasks, search_oracle(tasks, titles, turn_format, seed=policy_seed, **policy_kwargs)
 
 
+def wiki_oracle(split: str = "train", turn_format: str = "json", policy_seed: int = 0,
+                **policy_kwargs) -> tuple[list[dict], Callable[[str], str]]:
+    """The real-text task's ``split`` questions and an oracle that searches what the question
+    says (``wiki_questions.oracle_query``: never the answer), then answers."""
+    from agentsearch.data import read_jsonl
+    from agentsearch.data.wiki_questions import oracle_query, wiki_dir
+
+    tasks = list(read_jsonl(wiki_dir() / f"{split}.jsonl"))
+    return tasks, search_oracle(tasks, {}, turn_format, seed=policy_seed,
+                                queries=lambda t: [oracle_query(t)], **policy_kwargs)
+
+
 def _evidence_ok(ep: Episode, tok) -> bool:
     """The episode ended in an answer that appears in what the environment showed the agent."""
     answer = str(ep.info.get("answer") or "").strip()
@@ -148,13 +164,19 @@ def oracle_episodes(envs, tok, *, world_seed: int = 0, world_entities: int | Non
                     count: int = 2000, turn_format: str = "tags", think: bool = False,
                     noise: float = 0.0, seed: int = 0, max_turns: int = 4,
                     max_seq_len: int = 1024, strategies: dict[str, float] | None = None,
-                    question_types=None) -> list[Episode]:
+                    question_types=None, world: str = "synthetic") -> list[Episode]:
     """Play the oracle (a population when ``strategies`` is given) on ``count`` shuffled
     train questions (of ``question_types``, None = all) through ``envs``, one batch of
-    ``len(envs)`` episodes at a time; keep the evidence-backed trajectories."""
-    tasks, policy = world_oracle("train", seed=world_seed, entities=world_entities,
-                                 turn_format=turn_format, eos=tok.eos_token or "", think=think,
-                                 noise=noise, policy_seed=seed, strategies=strategies)
+    ``len(envs)`` episodes at a time; keep the evidence-backed trajectories. ``world``:
+    ``"synthetic"`` (the world ``world_seed``) or ``"wiki"`` (the real-text task)."""
+    if world == "wiki":
+        tasks, policy = wiki_oracle("train", turn_format, eos=tok.eos_token or "", think=think,
+                                    noise=0.0, policy_seed=seed, strategies=strategies)
+    else:
+        tasks, policy = world_oracle("train", seed=world_seed, entities=world_entities,
+                                     turn_format=turn_format, eos=tok.eos_token or "",
+                                     think=think, noise=noise, policy_seed=seed,
+                                     strategies=strategies)
     if question_types is not None:
         tasks = [t for t in tasks if t.get("type") in set(question_types)]
     random.Random(seed).shuffle(tasks)

@@ -26,6 +26,7 @@ images. Both go through the one loop, ``sft.sft_train``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -38,6 +39,7 @@ from agentsearch.core.progress import Progress
 from agentsearch.envs.math import MathEnv
 from agentsearch.envs.search import SearchEnv
 from agentsearch.envs.vision import VisionEnv
+from agentsearch.envs.wiki import WikiSearchEnv
 from agentsearch.rollout import Episode
 from agentsearch.warmstart.chain_oracle import chain_oracle_episodes
 from agentsearch.warmstart.math_oracle import MATH_STRATEGIES, math_oracle_episodes
@@ -122,6 +124,8 @@ def warm_start(cfg, model, tok, envs,
     # chain questions (the hard world) have their own population: agents that stop too early
     play = (chain_oracle_episodes if kw.get("world_questions", "default") == "chains"
             else oracle_episodes)
+    if isinstance(envs[0], WikiSearchEnv):  # real text: searches read off the question
+        play = functools.partial(oracle_episodes, world="wiki")
     out: dict[str, float] = {}
 
     def other_worlds(first: int, count: int, name: str, episodes: int,
