@@ -74,3 +74,28 @@ def test_sft_across_worlds_plays_each_world(monkeypatch):
         warm_start(bad, model, tok, build_envs(bad, 2), make_envs=build_envs)
     with pytest.raises(ConfigError, match="sft.worlds=-1"):
         apply_overrides(TrainConfig, "tiny", ["sft.worlds=-1"])
+
+
+def test_micro_batched_sft_takes_the_same_step_as_the_whole_batch():
+    """Rows one at a time (unpadded: what a real LM on CPU needs) accumulate to the batch's
+    token-mean gradient: the same loss and the same AdamW step, to float rounding."""
+    from agentsearch.warmstart.search_oracle import oracle_episodes
+    from agentsearch.warmstart.sft import sft_train
+
+    cfg = apply_overrides(TrainConfig, "tiny", ["model=tiny-s", "threads=1"])
+    model, tok = build_policy(cfg)
+    eps = oracle_episodes(build_envs(cfg, 4), tok, count=4, max_turns=3, max_seq_len=512)
+    assert len({len(e.token_ids) for e in eps}) > 1  # rows of different lengths: padding
+    init = {k: v.clone() for k, v in model.state_dict().items()}
+    after, losses = [], []
+    for micro in (None, 1, 3):
+        model.load_state_dict(init)
+        res = sft_train(model, eps, steps=1, lr=1e-2, batch_size=4, micro_batch_size=micro)
+        after.append({k: v.clone() for k, v in model.state_dict().items()})
+        losses.append(res["sft/loss"])
+    for other in after[1:]:
+        worst = max((after[0][k] - other[k]).abs().max().item() for k in init)
+        assert worst < 1e-4, worst  # Adam divides by the gradient: rounding shows at 1e-6
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+    assert losses[2] == pytest.approx(losses[0], rel=1e-5)
+    assert any(not torch.equal(init[k], after[0][k]) for k in init)

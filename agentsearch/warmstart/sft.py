@@ -30,13 +30,24 @@ def _row(e: Episode, all_tokens: bool, pixel_fn: Callable | None) -> Row:
                pixel_fn(images) if images else None)
 
 
+def _nll(model, batch, device) -> torch.Tensor:
+    mb = pad_rows(batch, device)
+    pixels = batch_pixels(model, mb["ids"], [r.pixel_values for r in batch], device)
+    lp = token_logprobs(model, mb["ids"], mb["attn"], target_mask=mb["mask"],
+                        pixel_values=pixels)
+    return sft_loss(lp, mb["mask"])
+
+
 def sft_train(model, episodes: list[Episode], *, steps: int, lr: float, batch_size: int,
               seed: int = 0, all_tokens: bool = False, pixel_fn: Callable | None = None,
-              log: Callable[[int, float], None] | None = None) -> dict[str, float]:
+              log: Callable[[int, float], None] | None = None,
+              micro_batch_size: int | None = None) -> dict[str, float]:
     """``steps`` AdamW steps (10% warmup, linear decay to 10%) of NLL on random batches of
     ``episodes``: on policy tokens only (the warm start), or on every token (``all_tokens``:
     language-model pretraining). ``pixel_fn(images) -> pixel_values`` encodes the episodes'
-    images (``info["images"]``) for a VLM. ``log(step, loss)`` after each step."""
+    images (``info["images"]``) for a VLM. ``log(step, loss)`` after each step.
+    ``micro_batch_size``: rows per forward/backward, the gradient accumulated to the batch's
+    token mean (None: the whole batch in one pass)."""
     if not episodes:
         raise RuntimeError("no oracle trajectories to warm start from (retrieval never found "
                            "the answers?); check the retriever or set sft.steps=0")
@@ -50,13 +61,20 @@ def sft_train(model, episodes: list[Episode], *, steps: int, lr: float, batch_si
     loss_v = float("nan")
     for step in range(steps):
         batch = rng.sample(rows, min(batch_size, len(rows)))
-        mb = pad_rows(batch, device)
-        pixels = batch_pixels(model, mb["ids"], [r.pixel_values for r in batch], device)
-        lp = token_logprobs(model, mb["ids"], mb["attn"], target_mask=mb["mask"],
-                            pixel_values=pixels)
-        loss = sft_loss(lp, mb["mask"])
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        size = micro_batch_size or len(batch)
+        if size >= len(batch):
+            loss = _nll(model, batch, device)
+            loss.backward()
+        else:  # each micro-batch weighted by its share of the batch's target tokens
+            total = sum(float(r.mask.sum()) for r in batch)
+            loss = torch.zeros(())
+            for s in range(0, len(batch), size):
+                part = batch[s:s + size]
+                share = sum(float(r.mask.sum()) for r in part) / max(total, 1.0)
+                piece = _nll(model, part, device) * share
+                piece.backward()
+                loss = loss + piece.detach()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()

@@ -46,6 +46,11 @@ class SFTConfig:
     """SFT learning rate (AdamW, 10% warmup, linear decay to 10%)."""
     batch_size: int = 32
     """Trajectories per SFT step."""
+    micro_batch_size: int | None = None
+    """Trajectories per forward/backward (gradients accumulate to the step's token mean);
+    None: the whole batch at once. 1 for a real LM on CPU: an unpadded row takes PyTorch's
+    fused causal attention instead of a padded batch's [B, heads, T, T] matrices (SmolLM2,
+    8 rows of 700 tokens: peak 18 GB and 30-48 s at once, 3.7 GB and 27 s one by one)."""
     noise: float = 0.0
     """Share of oracle episodes that take a detour (a wrong first query, then recover)."""
     think: bool = False

@@ -178,6 +178,7 @@ def warm_start(cfg, model, tok, envs,
             eps += other_worlds(s.pretrain_world_seed, s.worlds, "sft.worlds", s.episodes,
                                 s.strategies)
         out.update(sft_train(model, eps, steps=s.steps, lr=s.lr, batch_size=s.batch_size,
+                             micro_batch_size=s.micro_batch_size,
                              seed=cfg.seed, log=_log("sft", s.steps, s.log_every)))
     return out
 
