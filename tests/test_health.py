@@ -9,7 +9,8 @@ from agentsearch.trainer.health import CHECKS, HealthMonitor
 GOOD = {"reward/total": 0.4, "reward/answer": 0.5, "rollout/answer_correct": 0.5,
         "groups/zero_variance_frac": 0.25, "rollout/tool_calls": 8.0,
         "rollout/tool_error_rate": 0.0, "train/nonfinite": 0.0, "train/skipped_no_signal": 0.0,
-        "replay/ingress": 2.0, "replay/accepted": 3.0, "replay/buffer_size": 10.0}
+        "replay/ingress": 2.0, "replay/accepted": 3.0, "replay/buffer_size": 10.0,
+        "rollout/logprob_gap": 2e-6}
 
 BAD = {  # check -> the metrics that make one step bad for it (and only it)
     "zero_reward": {"reward/total": -0.1, "reward/answer": 0.0, "rollout/answer_correct": 0.0},
@@ -18,12 +19,13 @@ BAD = {  # check -> the metrics that make one step bad for it (and only it)
     "tool_errors": {"rollout/tool_error_rate": 0.75},
     "replay_drought": {"replay/accepted": 0.0},
     "nonfinite": {"train/nonfinite": 1.0},
+    "sampler_sync": {"rollout/logprob_gap": 0.05},
 }
 
 THRESHOLDS = dict(zero_reward_steps=4, zero_variance_steps=3, no_signal_steps=2,
-                  tool_error_streak=3, drought_steps=5, nonfinite_steps=2)
+                  tool_error_streak=3, drought_steps=5, nonfinite_steps=2, gap_steps=2)
 THRESHOLD = {"zero_reward": 4, "zero_variance": 3, "no_signal": 2, "tool_errors": 3,
-             "replay_drought": 5, "nonfinite": 2}
+             "replay_drought": 5, "nonfinite": 2, "sampler_sync": 2}
 
 
 def _run(mon, steps, start=1):
@@ -102,7 +104,7 @@ def test_state_round_trip_keeps_counters_and_alarms():
     b.load_state_dict(a.state_dict())
     assert b.state_dict() == a.state_dict() == {
         "counts": {**dict.fromkeys(CHECKS, 0), "zero_reward": 4, "nonfinite": 4},
-        "active": ["nonfinite", "zero_reward"]}
+        "active": ["nonfinite", "zero_reward"], "gaps": [2e-6] * 4}
     (out_a, warn_a), (out_b, warn_b) = a.update(5, bad), b.update(5, bad)
     assert (out_a == out_b and out_b["health/zero_reward_steps"] == 5.0
             and out_b["health/alarms"] == 2.0)
@@ -116,9 +118,29 @@ def test_load_tolerates_old_or_empty_state():
     mon.load_state_dict({"counts": {"zero_reward": 2, "retired_check": 9},
                          "active": ["retired_check"]})
     assert mon.state_dict() == {"counts": {**dict.fromkeys(CHECKS, 0), "zero_reward": 2},
-                                "active": []}
+                                "active": [], "gaps": []}
 
 
 def test_negative_threshold_is_refused():
     with pytest.raises(ValueError, match="thresholds"):
         HealthMonitor(drought_steps=-1)
+
+
+def test_a_logprob_gap_jump_is_judged_against_the_healthy_steps_median():
+    """Healthy gaps 1e-4, 3e-4, 2e-4 (median 2e-4): the limit is max(1e-3, 10 x 2e-4) =
+    2e-3. 1.9e-3 is below it (and joins the history: median 2.5e-4, limit 2.5e-3); 3e-3 is a
+    jump, alarmed at once (gap_steps=1), and stays out of the history; the next synced step
+    clears it. A run whose gaps are all near zero alarms above the floor only."""
+    mon = HealthMonitor()
+    gaps = [1e-4, 3e-4, 2e-4, 1.9e-3, 3e-3, 2e-4]
+    out = _run(mon, [{**GOOD, "rollout/logprob_gap": g} for g in gaps])
+    assert [o["health/logprob_gap_jumps"] for o, _ in out] == [0, 0, 0, 0, 1, 0]
+    assert [bool(w) for _, w in out] == [False] * 4 + [True, False]
+    assert "rollout/logprob_gap=0.003 > 0.0025" in out[4][1][0]
+    assert mon.gaps == [1e-4, 3e-4, 2e-4, 1.9e-3, 2e-4]
+    zero = HealthMonitor()
+    flat = _run(zero, [{**GOOD, "rollout/logprob_gap": g} for g in (0.0, 0.0, 9e-4, 1.1e-3)])
+    assert [o["health/logprob_gap_jumps"] for o, _ in flat] == [0, 0, 0, 1]
+    again = HealthMonitor()
+    again.load_state_dict(mon.state_dict())
+    assert again.gaps == mon.gaps

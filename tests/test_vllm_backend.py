@@ -74,7 +74,9 @@ def test_vllm_matches_hf_and_follows_weight_sync(tiny, tmp_path):
         backend.close()
 
 
-def test_vllm_lora_adapter_sync(tiny, tmp_path):
+@pytest.mark.parametrize("lora_sync", ["adapter", "merged"])
+def test_vllm_lora_adapter_sync(tiny, tmp_path, lora_sync):
+    """Both ways a LoRA policy reaches the engine follow the trainer's adapter to 1e-4."""
     from peft import LoraConfig, get_peft_model
 
     from agentsearch.rollout.vllm import VLLMBackend
@@ -84,15 +86,22 @@ def test_vllm_lora_adapter_sync(tiny, tmp_path):
                                             target_modules=["q_proj", "v_proj", "down_proj"]))
     prompts = [tok("Question: Where is Kelmar Industries headquartered?")["input_ids"]]
     params = SamplingParams(max_new_tokens=10, temperature=1.0, seed=1)
-    backend = VLLMBackend(model, tok, max_model_len=256, workdir=tmp_path / "v")
+    backend = VLLMBackend(model, tok, max_model_len=256, workdir=tmp_path / "v",
+                          lora_sync=lora_sync)
     try:
+        assert backend.merged == (lora_sync == "merged")
+        before = {k: v.clone() for k, v in model.state_dict().items()}
         _check(model, backend, prompts, params)
         with torch.no_grad():
             for n, p in model.named_parameters():
                 if "lora_" in n:
                     p.add_(0.1 * torch.randn_like(p))
+        stale = backend.generate(prompts, params)
         backend.sync(model)
-        _check(model, backend, prompts, params)
+        fresh = _check(model, backend, prompts, params)
+        assert stale[0].logprobs != fresh[0].logprobs  # the engine moved with the adapter
+        changed = [k for k, v in model.state_dict().items() if not torch.equal(v, before[k])]
+        assert changed and all("lora_" in k for k in changed)  # merging left the base alone
     finally:
         backend.close()
 

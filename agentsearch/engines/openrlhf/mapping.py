@@ -73,6 +73,7 @@ NOTES: dict[str, str] = {
     "generation.max_new_tokens": "and the per-turn cap in the label",
     "generation.vllm_gpu_memory_utilization": "replaced by `vllm_gpu_memory_utilization`",
     "generation.vllm_kv_cache_gb": "not applicable (CPU vLLM only)",
+    "generation.vllm_lora_sync": "not applicable (OpenRLHF syncs LoRA its own way)",
     "generation.vllm_enforce_eager": "`--vllm.enforce_eager`",
     "tool_latency.kind": "refused unless `none` (simulated latency is a local-trainer feature)",
     "async.enabled": "not applicable: OpenRLHF's agent executor already plays each episode on "
