@@ -390,3 +390,44 @@ FIGURES += [
         ("12.8", pct("in_reply", bench="wiki_answering", split="dev", context="none")),
         ("70.2", pct("in_reply", bench="wiki_answering", split="dev", context="gold"))]),
 ]
+
+TRIAL = R + "real_lm/trial-sft8/"
+
+
+def trial(key: str, step: int):
+    return lambda root: F.run_metric(root / TRIAL, key, step)
+
+
+FIGURES += [
+    *group(RL, "8 warm-start steps of 8 transcripts took 129.8 s", TRIAL, [
+        ("129.8", trial("time/sft", 0))]),
+    *group(RL, "(eval format reward -0.281, 2.875 turns per episode, 0 searches", TRIAL, [
+        ("-0.281", trial("eval/format_reward", 0)), ("2.875", trial("eval/turns_mean", 0)),
+        ("0", trial("eval/searches", 0))]),
+    *group(RL, "step of 32 episodes took 147.8 s: generate 55.2 s (3,492 tokens", TRIAL, [
+        ("147.8", trial("time/step", 1)), ("55.2", trial("time/generate", 1)),
+        ("3,492", trial("tokens/generated", 1))]),
+    *group(RL, "logprobs 36.0 s, update 56.0 s, sync 0.49 s", TRIAL, [
+        ("36.0", trial("time/logprobs", 1)), ("56.0", trial("time/update", 1)),
+        ("0.49", trial("time/sync", 1))]),
+]
+
+SFT24 = R + "real_lm/sft24-lr1e-3/"
+
+
+def sft24(key: str):
+    return lambda root: F.run_metric(root / SFT24, key, 0)
+
+
+FIGURES += [
+    *group(RL, "24 steps took 468.5 s and the greedy policy then scored 0.604 EM on the first "
+               "48 dev questions (name 0.515, year 0.889, nationality 0.667), 0.708 searches per "
+               "episode", SFT24, [
+                   ("468.5", sft24("time/sft")), ("0.604", sft24("eval/mean_at_n")),
+                   ("48", sft24("eval/questions")), ("0.515", sft24("eval/name/mean_at_n")),
+                   ("0.889", sft24("eval/year/mean_at_n")),
+                   ("0.667", sft24("eval/nationality/mean_at_n")),
+                   ("0.708", sft24("eval/searches"))], citable=False),
+    *group(RL, "or the model answers without searching (27.3% of", SFT24, [
+        ("27.3", lambda root: 100 * sft24("eval/name/no_search_answer")(root))], citable=False),
+]

@@ -1,0 +1,164 @@
+"""The real-LM path's speed and memory, side by side in one run: one JSON line.
+
+SmolLM2-135M-Instruct with LoRA r16 (the ``smollm2-search`` preset), on the oracle's
+WikiSearch-v0 transcripts (real token layouts: system prompt with the tool schema, question,
+tool call, two summaries, answer). Each part runs in a child process of its own, so each
+reports its own peak RSS:
+
+- ``gen_*``: the same first-turn prompts, 48 new tokens each at temperature 1, with HF
+  ``generate`` (batched), vLLM with the adapter as a ``LoRARequest``, and vLLM with the
+  adapter merged (``generation.vllm_lora_sync``); tokens/s of the second of two calls.
+- ``update_*``: a LoRA forward+backward over the transcripts' tokens, padded batches of 8
+  rows vs one unpadded row at a time (``micro_batch_size=1``); ``bare_fp32``: a forward+
+  backward of the plain model, every weight trained, one row at a time: the machine's limit
+  for this work. ``logprobs``: the no-grad scoring pass, one row at a time.
+
+    python scripts/bench_real_lm.py --episodes 16 --out docs/results/real_lm/bench_real_lm.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from agentsearch.core.provenance import ALLOW_DIRTY_HELP, require_clean  # noqa: E402
+
+PARTS = ("gen_hf", "gen_vllm_adapter", "gen_vllm_merged", "update_padded8", "update_packed",
+         "bare_fp32", "logprobs")
+
+
+def _setup(episodes: int):
+    import torch
+
+    from agentsearch.core.config import apply_overrides
+    from agentsearch.trainer.setup import build_envs, build_policy
+    from agentsearch.trainer.train_config import TrainConfig
+    from agentsearch.warmstart.search_oracle import oracle_episodes
+
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    cfg = apply_overrides(TrainConfig, "smollm2-search", [])
+    model, tok = build_policy(cfg)
+    eps = oracle_episodes(build_envs(cfg, episodes), tok, count=episodes, turn_format="json",
+                          world="wiki", max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len)
+    return cfg, model, tok, eps
+
+
+def _generate(part: str, cfg, model, tok, eps) -> dict:
+    from agentsearch.rollout.backends import SamplingParams
+
+    prompts = [e.token_ids[:e.prompt_len] for e in eps]
+    if part == "gen_hf":
+        from agentsearch.rollout.hf import HFBackend
+
+        backend = HFBackend(model, tok)
+    else:
+        from agentsearch.rollout.vllm import VLLMBackend
+
+        backend = VLLMBackend(model, tok, max_model_len=cfg.max_seq_len + 64,
+                              max_lora_rank=cfg.lora.r,
+                              lora_sync="merged" if part.endswith("merged") else "adapter")
+    params = SamplingParams(max_new_tokens=48, temperature=1.0, seed=0)
+    backend.generate(prompts, params)  # warm-up (kernels, caches)
+    t0 = time.perf_counter()
+    gens = backend.generate(prompts, params)
+    seconds = time.perf_counter() - t0
+    tokens = sum(len(g.token_ids) for g in gens)
+    return {"seconds": seconds, "tokens": tokens, "prompt_tokens": sum(map(len, prompts))}
+
+
+def _train_pass(part: str, cfg, model, tok, eps) -> dict:
+    import torch
+
+    from agentsearch.algorithms.update import pad_rows
+    from agentsearch.models.logprobs import token_logprobs
+    from agentsearch.warmstart.sft import _row
+
+    rows = [_row(e, False, None) for e in eps]
+    if part == "bare_fp32":
+        model = model.get_base_model() if hasattr(model, "get_base_model") else model
+        for p in model.parameters():
+            p.requires_grad_(True)
+    size = 8 if part == "update_padded8" else 1
+    batches = [rows[s:s + size] for s in range(0, len(rows), size)]
+    tokens = sum(len(r.ids) for r in rows)
+    model.train(part != "logprobs")
+    t0 = time.perf_counter()
+    for b in batches:
+        mb = pad_rows(b, "cpu")
+        if part == "logprobs":
+            with torch.no_grad():
+                token_logprobs(model, mb["ids"], mb["attn"], target_mask=mb["mask"])
+            continue
+        lp = token_logprobs(model, mb["ids"], mb["attn"], target_mask=mb["mask"])
+        (-lp.sum()).backward()
+    return {"seconds": time.perf_counter() - t0, "tokens": tokens}
+
+
+def child(part: str, episodes: int) -> dict:
+    cfg, model, tok, eps = _setup(episodes)
+    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    out = (_generate if part.startswith("gen_") else _train_pass)(part, cfg, model, tok, eps)
+    out["tokens_per_s"] = out["tokens"] / out["seconds"]
+    out["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    out["rss_before_gb"] = base_rss
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--episodes", type=int, default=16)
+    ap.add_argument("--parts", nargs="*", default=list(PARTS))
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help="append the JSON line to this file too")
+    ap.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
+    a = ap.parse_args()
+    if a.child:
+        print("RESULT " + json.dumps(child(a.child, a.episodes)), flush=True)
+        return 0
+    prov = require_clean("bench_real_lm", a.allow_dirty)
+    res = {}
+    for part in a.parts:
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, __file__, "--child", part, "--episodes",
+                               str(a.episodes)], capture_output=True, text=True)
+        line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+        if proc.returncode or not line:
+            raise SystemExit(f"bench_real_lm: part {part} failed:\n{proc.stderr[-3000:]}")
+        res[part] = json.loads(line[-1][len("RESULT "):])
+        print(f"[bench_real_lm] {part}: {res[part]} ({time.perf_counter() - t0:.0f} s)",
+              file=sys.stderr, flush=True)
+    ratio = {}
+    if {"gen_hf", "gen_vllm_merged"} <= set(res):
+        ratio["gen_vllm_merged_over_hf"] = res["gen_vllm_merged"]["tokens_per_s"] / \
+            res["gen_hf"]["tokens_per_s"]
+    if {"gen_vllm_adapter", "gen_vllm_merged"} <= set(res):
+        ratio["gen_merged_over_adapter"] = res["gen_vllm_merged"]["tokens_per_s"] / \
+            res["gen_vllm_adapter"]["tokens_per_s"]
+    if {"update_packed", "bare_fp32"} <= set(res):
+        ratio["update_packed_over_bare_fp32"] = res["update_packed"]["tokens_per_s"] / \
+            res["bare_fp32"]["tokens_per_s"]
+    if {"update_packed", "update_padded8"} <= set(res):
+        ratio["update_packed_over_padded8"] = res["update_packed"]["tokens_per_s"] / \
+            res["update_padded8"]["tokens_per_s"]
+    line = {"bench": "real_lm", "model": "smollm2 + LoRA r16", "episodes": a.episodes, **res,
+            **{k: round(v, 3) for k, v in ratio.items()}, "provenance": prov}
+    text = json.dumps(line) + "\n"
+    sys.stdout.write(text)
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        with open(a.out, "a") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
