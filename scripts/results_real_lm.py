@@ -1,0 +1,130 @@
+"""The figures of ``docs/results/real_lm.md`` (the real-LM issue's records), for
+``results_registry.FIGURES``: the WikiSearch baselines, the first training runs of the
+``smollm2-search`` preset and ``bench_real_lm``'s side-by-side line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from results_sources import Figure, R, group, j
+
+from agentsearch.analysis import figures as F
+
+REAL_LM_FIGURES: list[Figure] = []
+RL, RLB = R + "real_lm.md", R + "real_lm/baselines.jsonl"
+
+
+def pct(dotted: str, **match):
+    """A fraction of a baselines line, as the page prints it: a percentage."""
+    return lambda root: 100 * F.field(root / RLB, dotted, **match)
+
+
+_SPLITS = {"dev (493, constructed)": "dev", "people (69, FanOutQA)": "people"}
+_KINDS = {"BM25 (bm25s)": "bm25s", "dense (MiniLM, flat)": "dense-flat"}
+_CONTEXTS = {"none (closed book)": "none", "gold summary (oracle)": "gold",
+             "BM25 top 3": "retrieved"}
+
+
+def _row(text: str) -> list[str]:
+    return [c.strip() for c in text.strip().strip("|").split("|")]
+
+
+def _baseline_rows(root_page: str) -> list[Figure]:
+    """Every number of the page's two baseline tables, each against its line of the record."""
+    out, rows = [], 0
+    for text in (Path(__file__).resolve().parents[1] / root_page).read_text().splitlines():
+        cells = _row(text) if text.startswith("| ") else []
+        if len(cells) == 6 and cells[0] in _SPLITS and cells[1] in _KINDS:
+            m = dict(bench="wiki_retrieval", split=_SPLITS[cells[0]], kind=_KINDS[cells[1]])
+            keys = ("recall_at_1", "recall_at_3", "recall_at_10", "answer_in_top3")
+        elif len(cells) == 7 and cells[1] in _CONTEXTS:
+            m = dict(bench="wiki_answering", split=cells[0], context=_CONTEXTS[cells[1]])
+            keys = ("em", "in_reply", "by_type.name.in_reply", "by_type.year.in_reply",
+                    "by_type.nationality.in_reply")
+        else:
+            continue
+        shown, rows = cells[-len(keys):], rows + 1
+        out += group(root_page, text, RLB, [(s.rstrip("%"), pct(k, **m))
+                                             for s, k in zip(shown, keys) if s])
+    if rows != 10:  # 4 retrieval rows, 6 answering rows: a renamed row must not go unchecked
+        raise ValueError(f"{root_page}: {rows} baseline rows recognised, not 10")
+    return out
+
+
+REAL_LM_FIGURES += [
+    *_baseline_rows(RL),
+    *group(RL, "(closed book 12.8% -> 70.2% in reply with the gold summary)", RLB, [
+        ("12.8", pct("in_reply", bench="wiki_answering", split="dev", context="none")),
+        ("70.2", pct("in_reply", bench="wiki_answering", split="dev", context="gold"))]),
+]
+
+TRIAL = R + "real_lm/trial-sft8/"
+
+
+def trial(key: str, step: int):
+    return lambda root: F.run_metric(root / TRIAL, key, step)
+
+
+REAL_LM_FIGURES += [
+    *group(RL, "8 warm-start steps of 8 transcripts took 129.8 s", TRIAL, [
+        ("129.8", trial("time/sft", 0))]),
+    *group(RL, "(eval format reward -0.281, 2.875 turns per episode, 0 searches", TRIAL, [
+        ("-0.281", trial("eval/format_reward", 0)), ("2.875", trial("eval/turns_mean", 0)),
+        ("0", trial("eval/searches", 0))]),
+    *group(RL, "step of 32 episodes took 147.8 s: generate 55.2 s (3,492 tokens", TRIAL, [
+        ("147.8", trial("time/step", 1)), ("55.2", trial("time/generate", 1)),
+        ("3,492", trial("tokens/generated", 1))]),
+    *group(RL, "logprobs 36.0 s, update 56.0 s, sync 0.49 s", TRIAL, [
+        ("36.0", trial("time/logprobs", 1)), ("56.0", trial("time/update", 1)),
+        ("0.49", trial("time/sync", 1))]),
+]
+
+SFT24 = R + "real_lm/sft24-lr1e-3/"
+
+
+def sft24(key: str):
+    return lambda root: F.run_metric(root / SFT24, key, 0)
+
+
+REAL_LM_FIGURES += [
+    *group(RL, "24 steps took 468.5 s and the greedy policy then scored 0.604 EM on the first "
+               "48 dev questions (name 0.515, year 0.889, nationality 0.667), 0.708 searches per "
+               "episode", SFT24, [
+                   ("468.5", sft24("time/sft")), ("0.604", sft24("eval/mean_at_n")),
+                   ("48", sft24("eval/questions")), ("0.515", sft24("eval/name/mean_at_n")),
+                   ("0.889", sft24("eval/year/mean_at_n")),
+                   ("0.667", sft24("eval/nationality/mean_at_n")),
+                   ("0.708", sft24("eval/searches"))], citable=False),
+    *group(RL, "or the model answers without searching (27.3% of", SFT24, [
+        ("27.3", lambda root: 100 * sft24("eval/name/no_search_answer")(root))], citable=False),
+]
+
+BENCH_LM = R + "real_lm/bench_real_lm.jsonl"
+_PARTS = {"generate, HF `generate` (one batch)": "gen_hf",
+          "generate, vLLM, adapter as a `LoRARequest`": "gen_vllm_adapter",
+          "generate, vLLM, adapter merged": "gen_vllm_merged",
+          "LoRA forward+backward, padded batches of 8": "update_padded8",
+          "LoRA forward+backward, one unpadded row at a time": "update_packed",
+          "full-weight fp32 forward+backward, one row at a time": "bare_fp32",
+          "no-grad logprobs, one row at a time": "logprobs"}
+for _label, _part in _PARTS.items():
+    _text = next(t for t in (Path(__file__).resolve().parents[1] / RL).read_text().splitlines()
+                 if t.startswith(f"| {_label} |"))
+    _tps, _rss = _row(_text)[1], _row(_text)[2].removesuffix(" GB")
+    REAL_LM_FIGURES += group(RL, _text, BENCH_LM, [
+        (_tps, j(BENCH_LM, f"{_part}.tokens_per_s", bench="real_lm")),
+        (_rss, j(BENCH_LM, f"{_part}.peak_rss_gb", bench="real_lm"))])
+REAL_LM_FIGURES += [
+    *group(RL, "the update's 261.3 tokens/s is 1.40x a bare fp32 forward+backward", BENCH_LM, [
+        ("261.3", j(BENCH_LM, "update_packed.tokens_per_s", bench="real_lm")),
+        ("1.40", j(BENCH_LM, "update_packed_over_bare_fp32", bench="real_lm"))]),
+    *group(RL, "generation on vLLM is 1.78x HF's at the same batch", BENCH_LM, [
+        ("1.78", j(BENCH_LM, "gen_vllm_merged_over_hf", bench="real_lm"))]),
+    *group(RL, "the prompts are 265 tokens and the answers about 33", BENCH_LM, [
+        ("265", lambda root: F.field(root / BENCH_LM, "gen_hf.prompt_tokens", bench="real_lm")
+         / F.field(root / BENCH_LM, "episodes", bench="real_lm")),
+        ("33", lambda root: F.field(root / BENCH_LM, "gen_vllm_merged.tokens", bench="real_lm")
+         / F.field(root / BENCH_LM, "episodes", bench="real_lm"))]),
+    *group(RL, "and 4.76x is what merging the adapter bought", BENCH_LM, [
+        ("4.76", j(BENCH_LM, "gen_merged_over_adapter", bench="real_lm"))]),
+]
