@@ -35,6 +35,14 @@ PARTS = ("gen_hf", "gen_vllm_adapter", "gen_vllm_merged", "update_padded8", "upd
          "bare_fp32", "logprobs")
 
 
+RATIOS = {  # name -> (part, reference part): tokens/s over tokens/s, measured in one run
+    "gen_vllm_merged_over_hf": ("gen_vllm_merged", "gen_hf"),
+    "gen_merged_over_adapter": ("gen_vllm_merged", "gen_vllm_adapter"),
+    "update_packed_over_bare_fp32": ("update_packed", "bare_fp32"),
+    "update_packed_over_padded8": ("update_packed", "update_padded8"),
+}
+
+
 def _setup(episodes: int):
     import torch
 
@@ -136,19 +144,8 @@ def main() -> int:
         res[part] = json.loads(line[-1][len("RESULT "):])
         print(f"[bench_real_lm] {part}: {res[part]} ({time.perf_counter() - t0:.0f} s)",
               file=sys.stderr, flush=True)
-    ratio = {}
-    if {"gen_hf", "gen_vllm_merged"} <= set(res):
-        ratio["gen_vllm_merged_over_hf"] = res["gen_vllm_merged"]["tokens_per_s"] / \
-            res["gen_hf"]["tokens_per_s"]
-    if {"gen_vllm_adapter", "gen_vllm_merged"} <= set(res):
-        ratio["gen_merged_over_adapter"] = res["gen_vllm_merged"]["tokens_per_s"] / \
-            res["gen_vllm_adapter"]["tokens_per_s"]
-    if {"update_packed", "bare_fp32"} <= set(res):
-        ratio["update_packed_over_bare_fp32"] = res["update_packed"]["tokens_per_s"] / \
-            res["bare_fp32"]["tokens_per_s"]
-    if {"update_packed", "update_padded8"} <= set(res):
-        ratio["update_packed_over_padded8"] = res["update_packed"]["tokens_per_s"] / \
-            res["update_padded8"]["tokens_per_s"]
+    ratio = {name: res[a]["tokens_per_s"] / res[b]["tokens_per_s"]
+             for name, (a, b) in RATIOS.items() if {a, b} <= set(res)}
     line = {"bench": "real_lm", "model": "smollm2 + LoRA r16", "episodes": a.episodes, **res,
             **{k: round(v, 3) for k, v in ratio.items()}, "provenance": prov}
     text = json.dumps(line) + "\n"
