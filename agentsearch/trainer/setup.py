@@ -133,7 +133,8 @@ def build_backend(cfg: TrainConfig, model, tok):
                        max_lora_rank=cfg.lora.r, kv_cache_gb=cfg.generation.vllm_kv_cache_gb,
                        gpu_memory_utilization=cfg.generation.vllm_gpu_memory_utilization,
                        enforce_eager=cfg.generation.vllm_enforce_eager,
-                       lora_sync=cfg.generation.vllm_lora_sync)
+                       lora_sync=cfg.generation.vllm_lora_sync,
+                       prefix_caching=cfg.generation.vllm_prefix_caching)
 
 
 def build_envs(cfg: TrainConfig, count: int, split: str = "train",
