@@ -32,7 +32,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agentsearch.core.provenance import ALLOW_DIRTY_HELP, require_clean  # noqa: E402
+from agentsearch.core.provenance import (  # noqa: E402
+    ALLOW_DIRTY_HELP,
+    emit_records,
+    require_clean,
+)
 
 PARTS = ("gen_hf", "gen_vllm_adapter", "gen_vllm_merged", "gen_vllm_merged_pc",
          "update_padded8", "update_packed", "bare_fp32", "logprobs")
@@ -155,12 +159,7 @@ def main() -> int:
              for name, (a, b) in RATIOS.items() if {a, b} <= set(res)}
     line = {"bench": "real_lm", "model": "smollm2 + LoRA r16", "episodes": a.episodes, **res,
             **{k: round(v, 3) for k, v in ratio.items()}, "provenance": prov}
-    text = json.dumps(line) + "\n"
-    sys.stdout.write(text)
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        with open(a.out, "a") as f:
-            f.write(text)
+    emit_records([line], a.out)
     return 0
 
 

@@ -25,7 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agentsearch.core.provenance import ALLOW_DIRTY_HELP, require_clean  # noqa: E402
+from agentsearch.core.provenance import (  # noqa: E402
+    ALLOW_DIRTY_HELP,
+    emit_records,
+    require_clean,
+)
 
 
 def retrieval_row(kind: str, split: str, rows: list[dict], prov: dict) -> dict:
@@ -119,12 +123,7 @@ def main() -> int:
     rows = list(read_jsonl(wiki_dir() / f"{a.split}.jsonl"))
     lines = [retrieval_row(k, a.split, rows, prov) for k in a.kinds]
     lines += answering_rows(a.split, a.contexts, a.limit, prov) if a.contexts else []
-    text = "".join(json.dumps(x) + "\n" for x in lines)
-    sys.stdout.write(text)
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        with open(a.out, "a") as f:
-            f.write(text)
+    emit_records(lines, a.out)
     return 0
 
 

@@ -348,3 +348,15 @@ def test_url_options_make_one_request_per_search():
         split_url_options("http://h:1?microbatch=false")
     with pytest.raises(ValueError, match="expected true or false"):
         split_url_options("http://h:1?micro_batch=maybe")
+
+
+def test_emit_records_prints_each_line_and_appends_to_the_record(tmp_path, capsys):
+    from agentsearch.core.provenance import emit_records
+
+    out = tmp_path / "sub" / "bench.jsonl"
+    emit_records([{"a": 1}, {"b": 2.5}], out)
+    emit_records([{"c": "x"}], out)
+    emit_records([{"d": None}])
+    assert capsys.readouterr().out.splitlines() == ['{"a": 1}', '{"b": 2.5}', '{"c": "x"}',
+                                                    '{"d": null}']
+    assert out.read_text().splitlines() == ['{"a": 1}', '{"b": 2.5}', '{"c": "x"}']

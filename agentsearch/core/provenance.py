@@ -35,6 +35,7 @@ __all__ = [
     "ROOT",
     "RUN_FILE",
     "ALLOW_DIRTY_HELP",
+    "emit_records",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,3 +163,16 @@ def run_provenance(run_dir: str | Path) -> dict:
         "citable": bool(sessions) and all(s.get("citable") for s in sessions),
         "machines": list(dict.fromkeys(s.get("machine") for s in sessions)),
     }
+
+
+def emit_records(lines: list[dict], out: str | Path | None = None) -> None:
+    """A record writer's output: each line as JSON on stdout and, with ``out``, appended to
+    that file (its folder made), so a rerun adds lines beside the earlier ones."""
+    import json
+
+    text = "".join(json.dumps(x) + "\n" for x in lines)
+    sys.stdout.write(text)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "a") as f:
+            f.write(text)
