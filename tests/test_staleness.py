@@ -103,7 +103,7 @@ def _fresh(drift_kind, stale_gap, current_gap, *, tau=0.01):
 
 def test_the_stale_gate_measures_drift_on_the_stale_turns_only():
     # turn 1: drift 0.05^2 = 0.0025 <= tau; turn 2's 0.5 gap is the same weights' numerics
-    _, used, weights, m = _fresh("l2", (0.05, 0.05), 0.5)
+    _, used, weights, _, m = _fresh("l2", (0.05, 0.05), 0.5)
     assert len(used) == 1 and m["async/dropped_by_drift"] == 0
     assert math.isclose(m["async/drift_fresh_mean"], 0.0025, rel_tol=1e-4)
     # the decoupled weight corrects the stale turn's tokens; turn 2's were sampled by prox itself
@@ -114,7 +114,7 @@ def test_the_stale_gate_measures_drift_on_the_stale_turns_only():
 @pytest.mark.parametrize("kind,kept", [("l2", False), ("l1", True)])
 def test_the_stale_gate_honours_the_drift_kind(kind, kept):
     # gaps +0.2 and -0.2 on the stale turn: l2 = 0.04 > tau, l1 = |mean| = 0 <= tau
-    _, used, _, m = _fresh(kind, (0.2, -0.2), 0.0)
+    _, used, _, _, m = _fresh(kind, (0.2, -0.2), 0.0)
     assert (len(used) == 1) is kept and m["async/dropped_by_drift"] == (0 if kept else 1)
 
 
@@ -140,7 +140,7 @@ def test_stored_groups_keep_the_logprobs_of_the_policy_that_sampled_them():
         return [g.gen_logprobs + gap[g.prompt_id] for g in groups]
 
     tok = SimpleNamespace(pad_token_id=0)
-    stored, used, weights, _ = fresh_groups(cfg, eps, 5, 1, tok, trainer)
+    stored, used, weights, _, _ = fresh_groups(cfg, eps, 5, 1, tok, trainer)
     assert [g.prompt_id for g in used] == ["now", "near"] and weights[0] is None
     assert [g.prompt_id for g in stored] == ["now", "near"]  # "far" failed the gate
     engine = torch.tensor([ENGINE] * 2)

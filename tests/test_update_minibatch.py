@@ -104,3 +104,47 @@ def test_rl_phase_uses_the_configured_adam_betas(tmp_path, monkeypatch):
     loop_module.train(cfg, tmp_path / "run", quiet=True)
     assert seen == [(0.8, 0.95)]
     assert len(EPISODES) == 6  # the shared fixture this file builds on
+
+
+def test_the_updates_own_forward_stands_in_for_the_rescore(base):
+    """``rescore_groups``: a group not rescored takes its ratio denominator from the update's
+    forward (detached): the same step as with the rescore's logprobs, and the group keeps the
+    trainer's logprobs (what the replay buffer stores), not the engine's."""
+    from agentsearch.algorithms.grouping import episodes_to_groups, rescore
+    from agentsearch.algorithms.update import rows_of
+    from agentsearch.models.logprobs import make_score_fn
+
+    cfg = dataclasses.replace(_cfg(), micro_batch_size=2)
+
+    def groups():
+        return episodes_to_groups(EPISODES, 2, step=1, pad_id=0)[0]
+
+    rescored = groups()
+    rescore(rescored, make_score_fn(base, temperature=cfg.generation.temperature))
+    engine = groups()  # engine logprobs: all 0 in EPISODES, far from the trainer's
+    for g in engine:
+        g.gen_logprobs = torch.where(g.action_mask, torch.full_like(g.gen_logprobs, -0.5), 0.0)
+    a, b = copy.deepcopy(base), copy.deepcopy(base)
+    out_a, *_ = _step(a, cfg, rows_of(rescored))
+    out_b, *_ = _step(b, cfg, rows_of(engine, own_ratio=[True] * len(engine)))
+    assert out_b["train/ratio_mean"] == pytest.approx(1.0) and out_b["train/clip_frac"] == 0
+    assert out_a["train/loss"] == pytest.approx(out_b["train/loss"], abs=1e-6)
+    for (n, p), q in zip(a.named_parameters(), b.parameters()):
+        assert torch.allclose(p, q, atol=1e-6), n
+    for want, got in zip(rescored, engine):   # (task b's rows ride in the step's forward too)
+        assert torch.allclose(got.gen_logprobs, want.gen_logprobs, atol=1e-5)
+    # without it, the engine's logprobs are the denominator: ratios away from 1
+    c = copy.deepcopy(base)
+    out_c, *_ = _step(c, cfg, rows_of(groups()))
+    assert out_c["train/ratio_mean"] != pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("bad", ["update_epochs=2", "update_minibatch_size=4",
+                                 "async.enabled=true", "rescore_groups=-1"])
+def test_rescore_groups_is_refused_where_the_update_is_not_one_step(bad):
+    from agentsearch.core.config import ConfigError, apply_overrides
+    from agentsearch.trainer.train_config import TrainConfig
+
+    over = ["rescore_groups=1", bad] if not bad.startswith("rescore") else [bad]
+    with pytest.raises(ConfigError, match="rescore_groups"):
+        apply_overrides(TrainConfig, "tiny", over)

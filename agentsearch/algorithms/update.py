@@ -47,15 +47,22 @@ class Row:
     pixel_values: torch.Tensor | None = None  # [k, 3, H, W]: the row's images (VLM), or None
     # [T] decoupled importance weight (a stale fresh group), or None
     is_w: torch.Tensor | None = None
+    # the ratio denominator is this update's own forward, detached (a group not rescored:
+    # ``TrainConfig.rescore_groups``); ``old_lp`` is a view of the group's ``gen_logprobs``
+    # and receives it, so the group is stored with the trainer's logprobs
+    own_ratio: bool = False
 
 
 def rows_of(groups: Sequence[ReplayGroup], replayed: bool = False,
-            is_weights: Sequence[torch.Tensor | None] | None = None) -> list[Row]:
+            is_weights: Sequence[torch.Tensor | None] | None = None,
+            own_ratio: Sequence[bool] | None = None) -> list[Row]:
     """Each response of each group as a row, cut after its last policy token. ``is_weights``
-    (per group, [n, T] or None; ``algorithms.staleness``) scale the rows' advantages per token."""
+    (per group, [n, T] or None; ``algorithms.staleness``) scale the rows' advantages per token;
+    ``own_ratio`` (per group) marks groups whose ratio denominator is the update's forward."""
     rows = []
     for gi, g in enumerate(groups):
         w = is_weights[gi] if is_weights is not None else None
+        own = bool(own_ratio[gi]) if own_ratio is not None else False
         for i in range(g.n):
             m = g.action_mask[i]
             last = int(m.nonzero().max()) + 1 if m.any() else 0
@@ -64,7 +71,7 @@ def rows_of(groups: Sequence[ReplayGroup], replayed: bool = False,
             rows.append(Row(g.token_ids[i, :last].long(), m[:last], g.gen_logprobs[i, :last],
                             float(g.advantages[i]), replayed,
                             g.pixel_values[i] if g.pixel_values is not None else None,
-                            w[i, :last] if w is not None else None))
+                            w[i, :last] if w is not None else None, own))
     return rows
 
 
@@ -80,7 +87,8 @@ def pad_rows(rows: Sequence[Row], device) -> dict[str, torch.Tensor]:
         n = len(r.ids)
         ids[b, :n], attn[b, :n], mask[b, :n], old[b, :n] = r.ids, 1, r.mask, r.old_lp
     adv = torch.tensor([r.adv for r in rows], dtype=torch.float32)
-    out = dict(ids=ids, attn=attn, mask=mask, old=old, adv=adv)
+    own = torch.tensor([r.own_ratio for r in rows], dtype=torch.bool)  # [B]
+    out = dict(ids=ids, attn=attn, mask=mask, old=old, adv=adv, own=own)
     # per-token advantages: adv x importance weight [B, T]
     if any(r.is_w is not None for r in rows):
         isw = torch.ones(B, T, dtype=torch.float32)
@@ -177,7 +185,8 @@ def _optimizer_step(model, optimizer, rows: Sequence[Row], cfg, kl_on: bool,
                             with_entropy=entropy_coef > 0)  # [B, T] (and entropy [B, T])
         if entropy_coef > 0:
             lp, ent = lp
-        stats = spec.fn(lp, mb["old"], mb["adv"], mb["mask"], clip_low=cfg.clip_low,
+        old = _own_ratio(mb_rows, lp, mb["old"], mb["own"])  # [B, T]
+        stats = spec.fn(lp, old, mb["adv"], mb["mask"], clip_low=cfg.clip_low,
                         clip_high=cfg.clip_high, dual_clip=cfg.dual_clip, agg=cfg.agg,
                         normalizer=normalizer)
         loss = stats.loss
@@ -209,3 +218,17 @@ def _optimizer_step(model, optimizer, rows: Sequence[Row], cfg, kl_on: bool,
         del sums["entropy"]
     return {**{f"train/{k}": v for k, v in sums.items()}, "train/skipped": 0.0,
             "train/grad_norm": grad_norm}
+
+
+def _own_ratio(rows: Sequence[Row], lp: torch.Tensor, old: torch.Tensor,
+               own: torch.Tensor) -> torch.Tensor:
+    """The ratio denominator [B, T]: ``old`` (the rescore's), or for ``own`` rows this forward's
+    logprobs ``lp`` [B, T] detached, which those rows' groups also keep (``Row.own_ratio``)."""
+    if not bool(own.any()):
+        return old
+    fresh = lp.detach().to(old.dtype)
+    for b, r in enumerate(rows):
+        if r.own_ratio:
+            n = len(r.ids)
+            r.old_lp.copy_(torch.where(r.mask, fresh[b, :n].cpu(), torch.zeros(())))
+    return torch.where(own[:, None], fresh, old)

@@ -11,7 +11,8 @@ One step (the phase names are the ``time/*`` keys):
    carries the rest, and ``async.replay_topup`` fills a short batch with replay
    (``rollouts.py``, ``rollout.pool``).
 2. ``logprobs``: one teacher-forced forward stores the trainer's own logprobs of the sampled
-   tokens (the ratio denominator and the replay state); GRPO advantages per group; stale
+   tokens (the ratio denominator and the replay state; with ``rescore_groups`` only that many
+   groups, the others take the update's own forward); GRPO advantages per group; stale
    groups pass the drift gate and get the decoupled objective's weights (``staleness.py``).
 3. ``replay_scan``: the replay strategy picks stored groups (HDR: by cached headroom, gated
    by drift <= tau, scored chunk by chunk with the current policy).
@@ -212,8 +213,8 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
             # 2. logprobs: the trainer's own logprobs become the ratio denominator and the replay
             # state (stale groups pass the drift gate: algorithms/staleness.py)
             with timer.phase("logprobs"):
-                stored, used, weights, gmetrics = fresh_groups(cfg, episodes, step, version, tok,
-                                                               score_fn)
+                stored, used, weights, own, gmetrics = fresh_groups(cfg, episodes, step, version,
+                                                                    tok, score_fn)
             # 3. replay_scan: choose stored groups (only those stored before this step)
             with timer.phase("replay_scan"):  # (plus the slots the fresh groups left empty: top-up)
                 short = int(rstats.extra_metrics.get("async/fresh_short", 0))
@@ -221,9 +222,10 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
                              else replay.select(score_fn, step))
             # 4. update on fresh + replayed groups
             with timer.phase("update"):
-                weight_of = {id(g): w for g, w in zip(used, weights)}
+                weight_of = {id(g): (w, o) for g, w, o in zip(used, weights, own)}
                 used = drop_zero_signal(used) if cfg.dynamic_sampling else used
-                rows = rows_of(used, is_weights=[weight_of[id(g)] for g in used]) + \
+                rows = rows_of(used, is_weights=[weight_of[id(g)][0] for g in used],
+                               own_ratio=[weight_of[id(g)][1] for g in used]) + \
                     rows_of(selection.accepted, replayed=True)
                 tmetrics = policy_update(model, optimizer, scheduler, rows, cfg,
                                          ref_logprobs_fn=ref_logprobs if cfg.kl_coef > 0 else None)

@@ -109,6 +109,8 @@ NOTES: dict[str, str] = {
     "kl_kind": "`--algo.kl.estimator`",
     "update_minibatch_size": "`--train.batch_size` (rows per optimizer step); refused with "
                              "replay on (a replay step's rows include padded slots)",
+    "rescore_groups": "not applicable: OpenRLHF's experience maker scores every sample with the "
+                      "actor before the update (the same numbers, one more forward)",
     "entropy_coef": "`--actor.entropy_coef`; with `agg=sequence` refused (OpenRLHF averages it "
                     "per token)",
     "warmup_steps": "`--actor.lr_scheduler constant_with_warmup`, `--actor.lr_warmup_ratio` "
