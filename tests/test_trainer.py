@@ -370,3 +370,25 @@ def test_hdr_gate_rejects_and_accepts_the_first_feasible_groups_by_headroom(tmp_
     assert any(r["replay/scan_depth"] > 0 and r["replay/accept_rate"] < 1 for r in recs.values())
     assert any(s["accepted"] for s in scans)
     assert any(s["accepted"] and s["accepted"] != s["order"][:len(s["accepted"])] for s in scans)
+
+
+def test_a_time_budget_ends_the_run_at_the_step_that_spends_it(tmp_path):
+    """``time_budget_s``: the step whose training seconds pass the budget is the last one,
+    evaluated and checkpointed; a resume of the finished run trains nothing more."""
+    from agentsearch.trainer.checkpoint import latest_checkpoint
+
+    over = ["eval.every=0", "eval.limit=2", "checkpoint_every=100", "replay.kind=none"]
+    train(_cfg("steps=1", *over), tmp_path, quiet=True)
+    step1 = _records(tmp_path)[1]["time/train_cumulative"]
+    budget = 2.5 * step1  # three steps or so, whatever this machine's speed
+    run = tmp_path / "budget"
+    train(_cfg("steps=40", *over, f"time_budget_s={budget}"), run, quiet=True)
+    recs = _records(run)
+    last = recs[-1]
+    assert 1 < last["step"] < 40
+    assert last["time/train_cumulative"] >= budget > recs[-2]["time/train_cumulative"]
+    assert "eval/mean_at_n" in last and "eval/mean_at_n" not in recs[-2]
+    assert latest_checkpoint(run).name == f"step-{last['step']:06d}"
+    assert (run / "final" / "model.safetensors").exists()
+    train(_cfg("steps=40", *over, f"time_budget_s={budget}"), run, resume=True, quiet=True)
+    assert _records(run)[-1]["step"] == last["step"]

@@ -192,7 +192,11 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
     # last: building the engine reseeds (vLLM seeds python/numpy/torch at start)
     if rng is not None:
         set_rng_state(rng)
-    while step < cfg.steps:
+    def spent() -> bool:  # the training-time budget (cfg.time_budget_s) is used up
+        used = timer.train_cumulative + timer.pending_train_time()
+        return cfg.time_budget_s is not None and used >= cfg.time_budget_s
+
+    while step < cfg.steps and not spent():
         step, outage_s, retried = step + 1, outages.outage_seconds(), outages.transient_errors
         # 1. generate + env + reward: all episodes of the step in one rollout (or the one played
         # ahead)
@@ -239,7 +243,8 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
             return {**gmetrics, **tmetrics, **selection.stats, **topup,
                     "replay/ingress": float(admitted)}
 
-        if overlap and step < cfg.steps:  # (the rollout's seconds past learn: the next step's)
+        # (the rollout's seconds past learn: the next step's)
+        if overlap and step < cfg.steps and not spent():
             beside = partial(events.run_beside, partial(rollouts.of, step + 1), thread=learner)
             ahead, lmetrics = timer.beside(beside, learn)
             # this step finishes (logged, checkpointed), then stop
@@ -267,7 +272,8 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
         metrics.update(hmetrics)
         for w in warnings:
             log.warning("step %d: %s", step, w)
-        if (cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps:
+        final = step == cfg.steps or spent()
+        if (cfg.eval.every and step % cfg.eval.every == 0) or final:
             try:
                 last = run_eval()
                 metrics.update(last)
@@ -278,7 +284,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
         metrics.update(timer.end_step())
         logger.log(step, metrics)
         crash_point("loop:logged")
-        if step % cfg.checkpoint_every == 0 or step == cfg.steps or outage:
+        if step % cfg.checkpoint_every == 0 or final or outage:
             checkpoint(step)  # (its seconds count in the next step's time/checkpoint)
         scored["tokens"] = 0.0
         progress.update(step, progress_line(metrics, last), force="eval/mean_at_n" in metrics)

@@ -229,6 +229,10 @@ class TrainConfig:
     # --- run folder
     seed: int = 0
     """Seeds model init, task order, sampling and env resets."""
+    time_budget_s: float | None = None
+    """Training seconds (``time/train_cumulative``: eval and checkpoint excluded) after which
+    the run stops: the step that passes it is the last one (evaluated, checkpointed, final
+    weights saved); None = run all ``steps``. A resumed run counts the seconds already spent."""
     checkpoint_every: int = 10
     """Save a resumable checkpoint every N steps (and at the end)."""
     tensorboard: bool = True
@@ -276,6 +280,8 @@ class TrainConfig:
             problems.append(f"generation.temperature={self.generation.temperature} must be > 0: "
                             "training logprobs divide the logits by it (for greedy evaluation set "
                             "eval.temperature=0)")
+        if self.time_budget_s is not None and self.time_budget_s <= 0:
+            problems.append(f"time_budget_s={self.time_budget_s} must be > 0 (or none)")
         if self.checkpoint_every < 1:
             problems.append(f"checkpoint_every={self.checkpoint_every} must be >= 1 (a checkpoint "
                             "is also saved at the end; for only that one set "
