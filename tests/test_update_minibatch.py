@@ -131,8 +131,11 @@ def test_the_updates_own_forward_stands_in_for_the_rescore(base):
     assert out_a["train/loss"] == pytest.approx(out_b["train/loss"], abs=1e-6)
     for (n, p), q in zip(a.named_parameters(), b.parameters()):
         assert torch.allclose(p, q, atol=1e-6), n
-    for want, got in zip(rescored, engine):   # (task b's rows ride in the step's forward too)
-        assert torch.allclose(got.gen_logprobs, want.gen_logprobs, atol=1e-5)
+    for want, got in zip(rescored, engine):   # task b (no signal: never trained nor stored)
+        if bool(want.advantages.any()):       # takes no forward and keeps the engine's
+            assert torch.allclose(got.gen_logprobs, want.gen_logprobs, atol=1e-5)
+        else:
+            assert torch.equal(got.gen_logprobs[got.action_mask], torch.tensor([-0.5] * 4))
     # without it, the engine's logprobs are the denominator: ratios away from 1
     c = copy.deepcopy(base)
     out_c, *_ = _step(c, cfg, rows_of(groups()))
@@ -148,3 +151,31 @@ def test_rescore_groups_is_refused_where_the_update_is_not_one_step(bad):
     over = ["rescore_groups=1", bad] if not bad.startswith("rescore") else [bad]
     with pytest.raises(ConfigError, match="rescore_groups"):
         apply_overrides(TrainConfig, "tiny", over)
+
+
+def test_zero_advantage_rows_take_no_forward_and_leave_the_step_unchanged(base):
+    """Task b's rows (advantage 0) add nothing to the loss: the update skips their forward; the
+    step equals the full batch's (test_update's equivalences cover the gradient) and with a KL
+    or entropy term, which pulls on every row, they are forwarded again."""
+    cfg = dataclasses.replace(_cfg(), micro_batch_size=1)
+    rows = _rows(base, cfg)
+    zero = [r for r in rows if r.adv == 0.0]
+    assert zero and len(zero) < len(rows)
+    calls = []
+
+    def count(model):
+        return model.get_input_embeddings().register_forward_hook(lambda *a: calls.append(1))
+
+    a = copy.deepcopy(base)
+    hook = count(a)
+    out_a, *_ = _step(a, cfg, rows)
+    hook.remove()
+    assert len(calls) == len(rows) - len(zero)
+    b = copy.deepcopy(base)  # the same step on the signal rows only, normalised by all rows
+    calls.clear()
+    hook = count(b)
+    out_b, *_ = _step(b, cfg, rows, entropy_coef=1e-9)
+    hook.remove()
+    assert len(calls) == len(rows)
+    for (n, p), q in zip(a.named_parameters(), b.parameters()):
+        assert torch.allclose(p, q, atol=1e-6), n

@@ -57,6 +57,8 @@ class LossSpec:
     dual_clip, agg, normalizer) -> LossStats`` and its normaliser rule."""
 
     fn: Callable[..., LossStats]
+    """Advantage-weighted: a row whose advantage is 0 adds 0 to the loss and its gradient (the
+    update skips those rows' forward when no KL or entropy term is on)."""
     aggregation: Mapping[str, Unit]
     """agg -> unit: ``"token"`` divides the summed per-token loss by the policy-token count,
     ``"sequence"`` divides the sum of per-sequence token means by the sequence count."""

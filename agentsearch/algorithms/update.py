@@ -62,7 +62,8 @@ def rows_of(groups: Sequence[ReplayGroup], replayed: bool = False,
     rows = []
     for gi, g in enumerate(groups):
         w = is_weights[gi] if is_weights is not None else None
-        own = bool(own_ratio[gi]) if own_ratio is not None else False
+        # (a group whose advantages are all 0 is never trained nor stored: no forward owed)
+        own = bool(own_ratio[gi]) and bool(g.advantages.any()) if own_ratio is not None else False
         for i in range(g.n):
             m = g.action_mask[i]
             last = int(m.nonzero().max()) + 1 if m.any() else 0
@@ -165,9 +166,14 @@ def _optimizer_step(model, optimizer, rows: Sequence[Row], cfg, kl_on: bool,
     model.train()
     optimizer.zero_grad(set_to_none=True)
     entropy_coef = float(getattr(cfg, "entropy_coef", 0.0))
+    normalizer = loss_normalizer(cfg.loss, cfg.agg, [r.mask for r in rows])
+    if not kl_on and entropy_coef <= 0:
+        # a zero-advantage row adds 0 to a policy-gradient loss and its gradient (the
+        # registered losses are advantage-weighted): no forward for it, unless it is its
+        # group's ratio denominator. The normaliser above still counts it: the same step.
+        rows = [r for r in rows if r.adv != 0.0 or r.own_ratio]
     rows = sorted(rows, key=lambda r: len(r.ids))
     n_tokens = float(sum(int(r.mask.sum()) for r in rows))
-    normalizer = loss_normalizer(cfg.loss, cfg.agg, [r.mask for r in rows])
     unit = aggregation(cfg.loss, cfg.agg)  # the KL and entropy terms are aggregated like the loss
     sums = {"loss": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "ratio_mean": 0.0, "kl_ref": 0.0,
             "entropy": 0.0}
