@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 
 import pytest
@@ -13,8 +14,11 @@ from user_envs import CountingEnv
 
 pytest.importorskip("vllm")
 
+from agentsearch.core.config import apply_overrides  # noqa: E402
 from agentsearch.rollout import EventLoop, SamplingParams  # noqa: E402
 from agentsearch.rollout.pool import GroupPool  # noqa: E402
+from agentsearch.trainer.loop import train  # noqa: E402
+from agentsearch.trainer.train_config import TrainConfig  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -126,3 +130,54 @@ def test_a_turn_a_sync_overtook_starts_over_after_the_hold(tiny_vllm):
     finally:
         events.close()
 
+
+RUN = ["steps=3", "prompts_per_step=2", "group_size=4", "max_turns=3", "max_seq_len=512",
+       "generation.max_new_tokens=16", "generation.backend=vllm", "async.enabled=true",
+       "async.max_staleness=1", "replay.kind=hdr", "replay.k_rep=1", "replay.tau=1e9",
+       "tool_latency.kind=lognormal", "tool_latency.mean_s=0.1", "tool_latency.sigma=1.5",
+       "eval.every=1", "eval.limit=4", "sft.steps=0", "threads=1", "tensorboard=false",
+       "checkpoint_every=2"]
+
+
+@pytest.mark.parametrize("extra", [["async.oversample=2"],
+                                   ["async.oversample=1", "async.replay_topup=true"]],
+                         ids=["oversample", "replay_topup"])
+def test_a_vllm_run_carries_groups_across_steps_and_evals(tmp_path, monkeypatch, extra):
+    """generation.backend=vllm with groups carried across steps: the run trains, evaluates
+    after every step and checkpoints with groups in play, each time with none of their turns
+    in the engine, and logs the async metrics; a checkpoint keeps the tasks in play."""
+    import contextlib
+
+    import torch
+
+    from agentsearch.rollout.vllm_stream import VLLMStream
+
+    holds, real_hold = [], VLLMStream.hold
+
+    @contextlib.contextmanager
+    def recorded_hold(self):
+        before = len(self._inflight)  # our turns in vLLM as the eval or checkpoint begins
+        with real_hold(self):
+            holds.append((before, self.backend.llm.llm_engine.get_num_unfinished_requests()))
+            yield
+
+    monkeypatch.setattr(VLLMStream, "hold", recorded_hold)
+    train(apply_overrides(TrainConfig, "tiny", RUN + extra), tmp_path, quiet=True)
+    recs = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs] == [0, 1, 2, 3]
+    for r in recs[1:]:
+        for key in ("async/carried_groups", "async/taken_carried", "async/len_carried",
+                    "async/len_uncarried", "async/fresh_short", "async/replay_topup",
+                    "async/restarts", "async/staleness_mean", "eval/mean_at_n"):
+            assert key in r, key
+        assert r["rollout/episodes"] == 4 * (2 - r["async/fresh_short"]) > 0
+    # (a take counts what the engine did in its window: the groups it takes may have played
+    # in an earlier one; a step may have no signal)
+    assert sum(r["tokens/generated"] for r in recs[1:]) > 0
+    assert any(r["train/skipped"] == 0 for r in recs[1:])
+    assert sum(r["async/carried_groups"] for r in recs[1:]) > 0
+    # evals after steps 0-3 (step 0's before the pool starts) and checkpoints at 2 and 3
+    assert len(holds) == 6 and all(inside == 0 for _, inside in holds), holds
+    state = torch.load(tmp_path / "checkpoints" / "step-000002" / "trainer.pt",
+                       weights_only=False)["state"]
+    assert state["pool"]["serial"] >= 5 and state["pool"]["tasks"]
