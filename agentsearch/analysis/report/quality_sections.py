@@ -141,9 +141,10 @@ def frontier_section(ctx: Context, target: float | None = None) -> Section:
         stairs = [p for a, b in zip(front, front[1:]) for p in (a, (b[0], a[1]))] + [front[-1]]
         lines.append(Line(stairs, "#888", "frontier: no other method mean is faster and better",
                           width=1, dashed=True))
-    why = "user-set"
+    why = "set with --target"
     if target is None:
         target, why = default_target(ctx)
+        why = "default: " + why
     hlines = [(target, f"target {fmt(target)}")] if target is not None else []
     parts.append(figure(line_chart("frontier", lines, x_label=TIME, y_label=ctx.metric,
                                    bands=bands, hlines=hlines),
@@ -158,13 +159,16 @@ def frontier_section(ctx: Context, target: float | None = None) -> Section:
             "methods": [m.label for m in ctx.methods], "reference": ref}
     parts.append(
         f'<p>Target <input id="target-input" type="number" step="any" value="{target!r}"> '
-        f'(default: {escape(why)}). Time to target: training seconds at the first evaluation '
+        f'({escape(why)}). Time to target: training seconds at the first evaluation '
         f'at or above it; speed-up: over {escape(ref or "-")}\'s time to it.</p>'
         + table(["method", "seeds reached", "time to target, s (mean)", "std",
                  f"speed-up: over {ref or '-'}"], rows, cls="ttt",
                 row_ids=[str(r[0]) for r in rows])
         + f'<script type="application/json" id="ttt-data">{_json(data)}</script>')
     notes = list(ctx.messages)
+    firsts = [r.run.points[0][1] for r in ctx.runs if r.run.points]
+    if firsts and target <= min(firsts):
+        notes.append(f"every run starts at or above the target {fmt(target)}: set a higher one")
     if any(r[0] == ref and r[2] is None for r in rows):  # its mean time to target
         notes.append(f"the reference, {ref}, does not reach the target: no speed-up")
     machines = {s.get("machine") for r in ctx.runs for s in r.provenance} - {None}

@@ -163,9 +163,10 @@ def replay_section(ctx: Context) -> Section:
                 per_method_lines = [Line(method_mean(rs, f"replay/{k}_{w}"), c,
                                          f"{m}: replay/{k}_{w}")
                                     for w, c in (("accepted", ctx.color(m)), ("rejected", "#999"))]
+                rules = [(tau, f"tau {tau:g}")] if k == "drift" and tau is not None else []
                 if any(ln.points for ln in per_method_lines):
                     parts.append(figure(line_chart(f"{k}-{m}", per_method_lines, x_label="step",
-                                                   y_label=k, zero=True),
+                                                   y_label=k, zero=True, hlines=rules),
                                         f"{m}: mean {k} of the accepted (colour) and rejected "
                                         "(grey) groups per step (no replay_scan.jsonl)"))
     groups = []
