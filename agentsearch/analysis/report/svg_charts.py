@@ -113,7 +113,8 @@ def _open(frame: _Frame, x_label: str, y_label: str, *, x_ticks: bool = True) ->
         p.append(f'<line class="grid" x1="{LEFT}" y1="{y}" x2="{frame.w - RIGHT}" y2="{y}"/>'
                  f'<text class="tick" x="{LEFT - 4}" y="{y + 3}" text-anchor="end">{fmt(t)}</text>')
     if x_ticks:
-        for t in nice_ticks(frame.x0, frame.x1, 6):
+        ticks = nice_ticks(frame.x0, frame.x1, 6)
+        for t in ([t for t in ticks if t == int(t)] if x_label == "step" else ticks):
             x = frame.x(t)
             p.append(f'<line class="axis" x1="{x}" y1="{bottom}" x2="{x}" y2="{bottom + 4}"/>'
                      f'<text class="tick" x="{x}" y="{bottom + 15}" text-anchor="middle">'

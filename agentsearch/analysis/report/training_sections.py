@@ -218,17 +218,30 @@ def async_section(ctx: Context) -> Section:
                 f"{m}: stale fresh groups per step the drift gate admitted (green) and dropped "
                 "(red)"))
     tau = _tau([r for rs in runs.values() for r in rs])
-    lines = [Line(method_mean(rs, "async/drift_fresh_mean"), ctx.color(m),
-                  f"{m}: async/drift_fresh_mean") for m, rs in runs.items()]
+    lines = [Line(_gate_drift(rs), ctx.color(m), f"{m}: async/drift_fresh_mean")
+             for m, rs in runs.items()]
     parts.append(figure(line_chart("gate-drift", lines, x_label="step", y_label="drift",
                                    hlines=[(tau, f"tau {tau:g}")] if tau is not None else (),
                                    zero=True),
-                        "mean drift of the stale fresh groups per step, against the gate's tau"))
+                        "mean drift of the stale fresh groups per step that had any, against the "
+                        "gate's tau"))
     keys = sorted({k for rs in runs.values() for r in rs for k in r.keys("async/")})
     rows = [[m, k, statistics.fmean(v) if (v := [x for _, x in method_mean(rs, k)]) else None]
             for m, rs in runs.items() for k in keys]
     parts.append(table(["method", "metric", "mean per step"], rows, cls="async"))
     return Section("async", "Staleness gate (asynchronous runs)", "".join(parts))
+
+
+def _gate_drift(runs: list[ReportRun]) -> list[tuple[float, float]]:
+    """Per step with stale groups, the mean of ``async/drift_fresh_mean`` over ``runs`` (a step
+    without any logs 0 there: no drift was measured)."""
+    at: dict[int, list[float]] = {}
+    for r in runs:
+        for step, rec in r.steps.items():
+            drift = number(rec.get("async/drift_fresh_mean"))
+            if (number(rec.get("async/stale_groups")) or 0) > 0 and drift is not None:
+                at.setdefault(step, []).append(drift)
+    return [(float(s), statistics.fmean(v)) for s, v in sorted(at.items())]
 
 
 def health_section(ctx: Context) -> Section:
