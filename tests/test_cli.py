@@ -6,8 +6,8 @@ import pytest
 
 from agentsearch.cli import build_parser, main
 
-SUBCOMMANDS = ["demo", "train", "eval", "index", "serve", "pareto", "check-env", "world",
-               "wiki-corpus"]
+SUBCOMMANDS = ["demo", "train", "eval", "index", "serve", "pareto", "report", "check-env",
+               "world", "wiki-corpus"]
 
 
 @pytest.mark.parametrize("cmd", SUBCOMMANDS)
@@ -49,6 +49,10 @@ def test_demo_reruns_into_a_new_folder_and_prints_its_table(tmp_path, monkeypatc
     assert (out.count("learning curve (PNG)") == 2
             and (runs[0] / "learning.png").stat().st_size > 1000)
     assert (runs[0] / "samples" / "step-0.txt").read_text().startswith("=== ")
+    # it ends with the path of the run's report
+    last_line = out.rstrip().splitlines()[-1]
+    assert last_line.endswith(str(runs[1].relative_to(tmp_path) / "report.html"))
+    assert (runs[0] / "report.html").read_text().startswith("<!doctype html>")
     s = json.loads((runs[0] / "demo_summary.json").read_text())
     assert s["steps"] == 1 and s["eval_questions"] == 4 and s["time_by_phase"]["generate"] > 0
     # an explicit --out that already holds a run is refused, never overwritten

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from episode_log_helpers import replay_episodes_are_the_stored_rows
 
 from agentsearch.core.config import ConfigError, apply_overrides
 from agentsearch.trainer.loop import train
@@ -319,7 +320,8 @@ def recording_hdr(monkeypatch):
             scans.append({"step": step, "order": [id(g) for g in order],
                           "headroom": sorted(heads, reverse=True), "drift": drift,
                           "scored": scored, "accepted": [id(g) for g in sel.accepted],
-                          "scanned": sel.scanned, "stats": dict(sel.stats)})
+                          "scanned": sel.scanned, "stats": dict(sel.stats),
+                          "groups": list(sel.accepted)})
             return sel
 
     register_replay("tests_recording_hdr",
@@ -370,6 +372,8 @@ def test_hdr_gate_rejects_and_accepts_the_first_feasible_groups_by_headroom(tmp_
     assert any(r["replay/scan_depth"] > 0 and r["replay/accept_rate"] < 1 for r in recs.values())
     assert any(s["accepted"] for s in scans)
     assert any(s["accepted"] and s["accepted"] != s["order"][:len(s["accepted"])] for s in scans)
+    replay_episodes_are_the_stored_rows(tmp_path, scans)  # episodes.jsonl, replay_scan.jsonl
+
 
 
 def test_a_time_budget_ends_the_run_at_the_step_that_spends_it(tmp_path):

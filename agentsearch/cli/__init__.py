@@ -1,10 +1,10 @@
 """The ``agentsearch`` command.
 
 Subcommands: ``demo``, ``train``, ``eval``, ``diagnose``, ``index``, ``serve``,
-``serve-encoder``, ``pareto``, ``check-env``, ``openrlhf``, ``world``, ``wiki-corpus``. Every
-handler imports its heavy modules lazily, so ``--help`` is instant. ``main`` runs one
-command line; ``cli.parser`` holds the arguments of each subcommand, ``cli.commands`` their
-handlers.
+``serve-encoder``, ``pareto``, ``report``, ``check-env``, ``openrlhf``, ``world``,
+``wiki-corpus``. Every handler imports its heavy modules lazily, so ``--help`` is instant.
+``main`` runs one command line; ``cli.parser`` holds the arguments of each subcommand,
+``cli.commands`` their handlers.
 """
 
 from __future__ import annotations

@@ -81,6 +81,12 @@ def cmd_pareto(a) -> int:
     return pareto_main(a)
 
 
+def cmd_report(a) -> int:
+    from agentsearch.analysis.report import main as report_main
+
+    return report_main(a)
+
+
 def cmd_check_env(a) -> int:
     from agentsearch.rollout.checker import main as check_main
 

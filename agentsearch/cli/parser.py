@@ -13,6 +13,7 @@ from agentsearch.cli.commands import (
     cmd_index,
     cmd_openrlhf,
     cmd_pareto,
+    cmd_report,
     cmd_serve,
     cmd_serve_encoder,
     cmd_train,
@@ -228,6 +229,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a target score instead of the baseline's final (ratios stay relative to "
                         "the baseline's training wall-clock)")
     s.set_defaults(fn=cmd_pareto)
+
+    s = sub.add_parser("report", help="one self-contained HTML page of one run or several: "
+                                      "curves, time to target, phases, replay, health, episodes")
+    s.add_argument("runs", nargs="+", help="run folders (also runs still being written, and "
+                                           "OpenRLHF runs)")
+    s.add_argument("--out", default=None,
+                   help="HTML file to write (default: RUN/report.html for one run, report.html "
+                        "for several)")
+    s.add_argument("--metric", default="eval/mean_at_n", help="quality metric")
+    s.add_argument("--label-by", default="auto",
+                   help="how runs group into methods (as `agentsearch pareto`): auto, dir, or "
+                        "comma-separated config keys")
+    s.add_argument("--target", type=float, default=None,
+                   help="the score for time to target (default: the best run's score at half "
+                        "its training time; the page can change it)")
+    s.set_defaults(fn=cmd_report)
 
     s = sub.add_parser("check-env", help="run Gymnasium's check_env and our checks on env ids")
     s.add_argument("ids", nargs="*", help="env ids (default: every agentsearch/* id)")

@@ -1,9 +1,10 @@
 """``agentsearch demo`` / ``make demo``: train the tiny search agent on the synthetic world
 (preset ``tiny``: RL from the shipped base ``tiny-base``) and print what happened: dev EM
 and behaviour (searches per episode, answers after a single search) per question type
-before and after GRPO, wall-clock by phase, replay statistics, a learning-curve PNG, and
-where the run folder is. ``--preset tiny-math`` does the same for math with a calculator
-(accuracy, calculator calls per episode and answers without a call, per problem kind)."""
+before and after GRPO, wall-clock by phase, replay statistics, a learning-curve PNG, where
+the run folder is, and last the path of its report (``agentsearch report``: one HTML page).
+``--preset tiny-math`` does the same for math with a calculator (accuracy, calculator calls
+per episode and answers without a call, per problem kind)."""
 
 from __future__ import annotations
 
@@ -140,4 +141,7 @@ def run_demo(out: str | None = None, overrides: list[str] | None = None,
     title = ("agentsearch demo: tiny math agent with a calculator (CPU)" if math
              else "agentsearch demo: tiny search agent, synthetic world (CPU)")
     _print(s, run_dir, wall, plot_learning(run_dir), title=title, math=math)
+    from agentsearch.analysis.report import build_report
+
+    print(f"report (one HTML page: curves, phases, replay, episodes): {build_report([run_dir])}")
     return 0

@@ -78,6 +78,9 @@ class Selection:
     accepted: list[ReplayGroup] = field(default_factory=list)  # in scan order
     scanned: int = 0
     stats: dict[str, float] = field(default_factory=dict)
+    # one per scored group, in scan order (empty when the strategy scores nothing); the
+    # records with ``accepted`` set are those of ``accepted``, in the same order
+    records: list[ScanRecord] = field(default_factory=list)
 
 
 def finite_on_policy_tokens(g: ReplayGroup) -> bool:
@@ -250,7 +253,7 @@ class HeadroomDriftBuffer:
                                   k_rep=budget, step=int(step), score_calls=calls,
                                   records=records)
         stats.update(self.metrics())
-        return Selection(accepted=accepted, scanned=scanned, stats=stats)
+        return Selection(accepted=accepted, scanned=scanned, stats=stats, records=records)
 
     def _scan_order(self, pool: list[int]) -> list[int]:
         if self.order == "headroom":

@@ -60,6 +60,7 @@ from agentsearch.trainer.checkpoint import (
     save_reference,
     set_rng_state,
 )
+from agentsearch.trainer.episode_log import EpisodeLog
 from agentsearch.trainer.eval import eval_envs, eval_settings, evaluate
 from agentsearch.trainer.health import HealthMonitor
 from agentsearch.trainer.metrics import MetricsLogger, progress_line
@@ -154,6 +155,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
     logger = MetricsLogger(run_dir, tensorboard=cfg.tensorboard, wandb_project=cfg.wandb_project,
                            config=to_dict(cfg))
     logger.truncate_after(step if step > 0 else -1)  # from scratch: step 0's record is logged again
+    episode_log = EpisodeLog(run_dir, tok, keep_through=step)  # a few trained episodes per step
     timer = PhaseTimer(state["train_cumulative"])
     progress = Progress(cfg.steps, "train", start=step, every=5, enabled=not quiet)
     trainable, total = count_parameters(model)
@@ -233,6 +235,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
                     rows_of(selection.accepted, replayed=True)
                 tmetrics = policy_update(model, optimizer, scheduler, rows, cfg,
                                          ref_logprobs_fn=ref_logprobs if cfg.kl_coef > 0 else None)
+            episode_log.write(step, used, selection)  # a few of the rows, as the loss saw them
             # 5. ingress: after the update, mixed-outcome fresh groups enter the buffer
             admitted = replay.add(stored, step)
             # 6. sync: new weights to the generation engine (with overlap, mid-rollout)
