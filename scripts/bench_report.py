@@ -9,7 +9,6 @@ steps build in at most 10 s into at most 5 MB. Prints one JSON line.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import tempfile
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from agentsearch.analysis.report import build_report
 from agentsearch.analysis.report.synthetic_runs import write_run
+from agentsearch.core.provenance import ALLOW_DIRTY_HELP, emit_records, require_clean
 
 METHODS = (("hdr", 1.0), ("none", 1.25), ("naive", 1.1), ("recency", 1.1), ("drift_only", 1.0))
 
@@ -27,12 +27,16 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=50)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--keep", default=None, help="write the runs and the page here (kept)")
+    p.add_argument("--out", default=None, help="append the JSON line to this record file too")
+    p.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
     a = p.parse_args()
+    prov = require_clean("bench_report", a.allow_dirty)
     if a.keep:
-        print(json.dumps(bench(Path(a.keep), a.runs, a.steps)))
-        return
-    with tempfile.TemporaryDirectory(prefix="bench_report-") as root:
-        print(json.dumps(bench(Path(root), a.runs, a.steps)))
+        line = bench(Path(a.keep), a.runs, a.steps)
+    else:
+        with tempfile.TemporaryDirectory(prefix="bench_report-") as root:
+            line = bench(Path(root), a.runs, a.steps)
+    emit_records([{**line, "provenance": prov}], a.out)
 
 
 def bench(root: Path, n_runs: int, steps: int) -> dict:

@@ -109,6 +109,8 @@ NOTES: dict[str, str] = {
     "kl_kind": "`--algo.kl.estimator`",
     "update_minibatch_size": "`--train.batch_size` (rows per optimizer step); refused with "
                              "replay on (a replay step's rows include padded slots)",
+    "time_budget_s": "refused unless none: the OpenRLHF launch runs `steps` (it has no "
+                     "training-time budget)",
     "rescore_groups": "not applicable: OpenRLHF's experience maker scores every sample with the "
                       "actor before the update (the same numbers, one more forward)",
     "entropy_coef": "`--actor.entropy_coef`; with `agg=sequence` refused (OpenRLHF averages it "
@@ -276,6 +278,8 @@ def refusals(t, extra_args: list[str] = ()) -> list[str]:
     if t.async_.tool_timeout_s is not None:
         out.append("train.async.tool_timeout_s: "
                    + NOTES["async.tool_timeout_s"].removeprefix("refused unless none "))
+    if t.time_budget_s is not None:
+        out.append("train.time_budget_s: " + NOTES["time_budget_s"].split(": ", 1)[1])
     if t.tool_latency.kind != "none":
         out.append("train.tool_latency: simulated tool latency runs in the local trainer only")
     if t.sft.steps > 0 or t.sft.pretrain_steps > 0:
