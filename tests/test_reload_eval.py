@@ -67,3 +67,40 @@ def test_eval_of_the_model_in_memory_equals_eval_after_save_and_reload(tmp_path,
     step0 = json.loads((again / "metrics.jsonl").read_text().splitlines()[0])
     assert step0["eval/mean_at_n"] == in_memory["eval/mean_at_n"]
     assert Path(run / "samples" / "step-0.txt").read_text().count("=== ") >= 2
+
+
+def test_a_saved_fp16_adapter_reloads_as_the_policy_it_was_saved_from(tmp_path, capsys):
+    """``save_final`` leaves a LoRA run's adapter alone in fp16 beside ``final``; as
+    ``init_from`` (and what ``agentsearch eval --run`` loads when ``final`` is gone: a record
+    kept without the merged weights) it gives the trained policy's logits, to fp16 rounding."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    from agentsearch.core.config import dump
+    from agentsearch.trainer.setup import build_policy
+
+    cfg = apply_overrides(TrainConfig, "tiny", SMALL + ["lora.enabled=true", "lora.r=4"])
+    model, tok = build_policy(cfg)
+    with torch.no_grad():  # a trained adapter: B is zero at init, which would prove nothing
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    ids = torch.tensor([tok.encode(TEXTS[0] + TEXTS[1])])
+    want = model(ids).logits
+    run = tmp_path / "run"
+    save_final(model, tok, run / "final")
+    adapter = run / "adapter"
+    assert sorted(p.name for p in adapter.iterdir()) == ["adapter_config.json",
+                                                        "adapter_model.safetensors"]
+    weights = load_file(str(adapter / "adapter_model.safetensors"))
+    assert weights and {w.dtype for w in weights.values()} == {torch.float16}
+    again, _ = build_policy(apply_overrides(TrainConfig, "tiny", SMALL + [f"init_from={adapter}"]))
+    got = again(ids).logits
+    assert torch.allclose(got, want, atol=2e-2), (got - want).abs().max()
+    assert not torch.allclose(got, load_model("tiny", seed=0)[0](ids).logits, atol=2e-2)
+    # a kept record: config.yaml and adapter/ only
+    dump(cfg, run / "config.yaml")
+    shutil.rmtree(run / "final")
+    assert _eval_cli(capsys, "--run", str(run), "--limit", "4")["eval/questions"] == 4

@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_train)
 
     s = sub.add_parser("eval", help="Mean@n / Best@n of a model or run on held-out questions")
-    s.add_argument("--run", help="run folder (uses its final checkpoint)")
+    s.add_argument("--run", help="run folder (its final model, else its fp16 LoRA adapter: a kept "
+                                 "record such as docs/results/real_lm/<run>)")
     s.add_argument("--model", help="model name or path when no run is given (default tiny)")
     s.add_argument("--preset", default="tiny", help="preset whose env/eval settings to use")
     s.add_argument("--split", default=None,

@@ -241,8 +241,14 @@ def load_reference(run_dir: str | Path) -> dict[str, torch.Tensor]:
 
 def save_final(model, tok, out: str | Path) -> None:
     """The trained policy as a loadable model folder (a LoRA adapter merged into the base),
-    written beside ``out`` and renamed into place: ``out`` is whole or absent."""
+    written beside ``out`` and renamed into place: ``out`` is whole or absent. A LoRA policy
+    also leaves its adapter alone, in fp16, in ``adapter/`` beside ``out`` (``save_adapter``):
+    small enough to keep with a run's record, and ``agentsearch eval --run`` loads it."""
     out = Path(out)
+    if hasattr(model, "peft_config"):
+        from agentsearch.models.lora import save_adapter
+
+        save_adapter(model, out.with_name("adapter"))
     tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model

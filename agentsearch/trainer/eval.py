@@ -207,10 +207,11 @@ def cli_policy(a):
     from agentsearch.trainer.train_config import TrainConfig
 
     overrides = list(a.overrides)
-    if a.run:
-        final = Path(a.run) / "final"
-        if not final.exists():
-            raise FileNotFoundError(f"{a.run} has no final model (did the run finish?)")
+    if a.run:  # its final model, or its adapter alone (a kept record: docs/results/real_lm/)
+        final = next((Path(a.run) / f for f in ("final", "adapter") if (Path(a.run) / f).exists()),
+                     None)
+        if final is None:
+            raise FileNotFoundError(f"{a.run} has no final model or adapter (did the run finish?)")
         cfg = apply_overrides(TrainConfig, str(Path(a.run) / "config.yaml"),
                               overrides + [f"init_from={final}"])
     else:

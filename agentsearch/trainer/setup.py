@@ -17,7 +17,7 @@ from agentsearch.core.config import ConfigError
 from agentsearch.envs.registration import make_env
 from agentsearch.envs.tools.latency import LatencyTool, ToolService
 from agentsearch.envs.tools.retrieval import preflight
-from agentsearch.models.lora import apply_lora
+from agentsearch.models.lora import apply_lora, is_adapter, merge_adapter
 from agentsearch.trainer.train_config import TrainConfig
 
 __all__ = ["resolve_device", "build_policy", "build_backend", "build_envs",
@@ -48,9 +48,12 @@ def build_policy(cfg: TrainConfig):
     from agentsearch.models.text import load_model
 
     device, dtype = resolve_device(cfg)
-    source = cfg.init_from or cfg.model
     if cfg.init_from and not Path(cfg.init_from).exists():
         raise ConfigError(f"init_from={cfg.init_from!r} does not exist")
+    if is_adapter(cfg.init_from):  # a saved LoRA adapter: `model` with it merged in
+        model, tok = load_model(cfg.model, dtype=dtype, device=str(device), seed=cfg.seed)
+        return _finish_policy(cfg, merge_adapter(model, cfg.init_from), tok)
+    source = cfg.init_from or cfg.model
     if is_vlm_source(source):  # a vision-language model: its tokenizer expands <image>
         from agentsearch.models.vlm import load_vlm
 
