@@ -8,9 +8,12 @@ reports its own peak RSS:
 - ``gen_*``: the same first-turn prompts, 48 new tokens each at temperature 1, with HF
   ``generate`` (batched), vLLM with the adapter as a ``LoRARequest``, and vLLM with the
   adapter merged (``generation.vllm_lora_sync``), the last also with prefix caching
-  (``_pc``); tokens/s of the second of two calls, the vLLM engine synced in between as after
-  an update (which empties the prefix cache: only what the batch's prompts share is reused,
-  as in a training step).
+  (``_pc``), and that in bfloat16 (``_bf16``: the engine's weights and KV cache; the trainer
+  stays fp32; ``generation.vllm_dtype``); tokens/s of the second of two calls, the vLLM engine
+  synced in between as after an update (which empties the prefix cache: only what the batch's
+  prompts share is reused, as in a training step). Each vLLM part also reports
+  ``logprob_gap``: the mean |sampler logprob - trainer (fp32) logprob| over the sampled tokens,
+  what ``rollout/logprob_gap`` logs in training.
 - ``update_*``: a LoRA forward+backward over the transcripts' tokens, padded batches of 8
   rows vs one unpadded row at a time (``micro_batch_size=1``); ``bare_fp32``: a forward+
   backward of the plain model, every weight trained, one row at a time: the machine's limit
@@ -39,6 +42,7 @@ from agentsearch.core.provenance import (  # noqa: E402
 )
 
 PARTS = ("gen_hf", "gen_vllm_adapter", "gen_vllm_merged", "gen_vllm_merged_pc",
+         "gen_vllm_merged_pc_bf16",
          "update_padded8", "update_packed", "bare_fp32", "logprobs")
 
 
@@ -46,6 +50,8 @@ RATIOS = {  # name -> (part, reference part): tokens/s over tokens/s, measured i
     "gen_vllm_merged_over_hf": ("gen_vllm_merged", "gen_hf"),
     "gen_merged_over_adapter": ("gen_vllm_merged", "gen_vllm_adapter"),
     "gen_vllm_merged_pc_over_hf": ("gen_vllm_merged_pc", "gen_hf"),
+    "gen_vllm_merged_pc_bf16_over_hf": ("gen_vllm_merged_pc_bf16", "gen_hf"),
+    "gen_bf16_over_fp32": ("gen_vllm_merged_pc_bf16", "gen_vllm_merged_pc"),
     "update_packed_over_bare_fp32": ("update_packed", "bare_fp32"),
     "update_packed_over_padded8": ("update_packed", "update_padded8"),
 }
@@ -82,7 +88,8 @@ def _generate(part: str, cfg, model, tok, eps) -> dict:
         backend = VLLMBackend(model, tok, max_model_len=cfg.max_seq_len + 64,
                               max_lora_rank=cfg.lora.r,
                               lora_sync="adapter" if part.endswith("adapter") else "merged",
-                              prefix_caching=part.endswith("_pc"))
+                              prefix_caching="_pc" in part,
+                              dtype="bfloat16" if part.endswith("_bf16") else "float32")
     params = SamplingParams(max_new_tokens=48, temperature=1.0, seed=0)
     backend.generate(prompts, params)  # warm-up (kernels, caches)
     if part != "gen_hf":
@@ -91,7 +98,26 @@ def _generate(part: str, cfg, model, tok, eps) -> dict:
     gens = backend.generate(prompts, params)
     seconds = time.perf_counter() - t0
     tokens = sum(len(g.token_ids) for g in gens)
-    return {"seconds": seconds, "tokens": tokens, "prompt_tokens": sum(map(len, prompts))}
+    out = {"seconds": seconds, "tokens": tokens, "prompt_tokens": sum(map(len, prompts))}
+    if part != "gen_hf":
+        out["logprob_gap"] = _logprob_gap(model, prompts, gens)
+    return out
+
+
+def _logprob_gap(model, prompts, gens) -> float:
+    """Mean |sampler - trainer| logprob over the sampled tokens (trainer: fp32, one row at a
+    time, temperature 1 as sampled)."""
+    import torch
+
+    from agentsearch.models.logprobs import token_logprobs
+
+    diffs = []
+    with torch.no_grad():
+        for p, g in zip(prompts, gens):
+            ids = torch.tensor([list(p) + list(g.token_ids)])
+            lp = token_logprobs(model, ids)[0, len(p):]
+            diffs += (lp - torch.tensor(g.logprobs)).abs().tolist()
+    return sum(diffs) / max(len(diffs), 1)
 
 
 def _train_pass(part: str, cfg, model, tok, eps) -> dict:

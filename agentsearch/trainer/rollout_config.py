@@ -58,6 +58,11 @@ class SamplingConfig:
     vllm_prefix_caching: bool = False
     """vLLM keeps the KV of prompt prefixes shared by episodes (the system prompt and tool
     schema), reset at each weight sync (``rollout/vllm.py``)."""
+    vllm_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """The engine's weights and KV cache: ``auto`` is the policy's dtype (float32 on CPU). The
+    trainer keeps its own; the sampler's logprobs then differ from the trainer's by the
+    rounding (``rollout/logprob_gap`` measures it each step). ``bfloat16`` on a CPU with AMX
+    (this machine's Xeon): see docs/results/real_lm.md for the measured speed and gap."""
     vllm_lora_sync: Literal["adapter", "merged"] = "adapter"
     """How a LoRA policy reaches vLLM after each update: ``adapter`` (a new ``LoRARequest``;
     the usual path on GPUs) or ``merged`` (base + adapter delta streamed into an engine

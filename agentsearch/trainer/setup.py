@@ -131,7 +131,9 @@ def build_backend(cfg: TrainConfig, model, tok):
     from agentsearch.rollout.vllm import VLLMBackend
 
     device, dtype = resolve_device(cfg)
-    return VLLMBackend(model, tok, dtype=str(dtype).replace("torch.", ""),
+    engine_dtype = cfg.generation.vllm_dtype
+    return VLLMBackend(model, tok, dtype=(str(dtype).replace("torch.", "") if engine_dtype == "auto"
+                                          else engine_dtype),
                        max_model_len=cfg.max_seq_len + cfg.generation.max_new_tokens, seed=cfg.seed,
                        max_lora_rank=cfg.lora.r, kv_cache_gb=cfg.generation.vllm_kv_cache_gb,
                        gpu_memory_utilization=cfg.generation.vllm_gpu_memory_utilization,

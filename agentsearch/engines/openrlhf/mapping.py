@@ -74,6 +74,8 @@ NOTES: dict[str, str] = {
     "generation.vllm_gpu_memory_utilization": "replaced by `vllm_gpu_memory_utilization`",
     "generation.vllm_kv_cache_gb": "not applicable (CPU vLLM only)",
     "generation.vllm_lora_sync": "not applicable (OpenRLHF syncs LoRA its own way)",
+    "generation.vllm_dtype": "not applicable (the local engine; OpenRLHF's vLLM engines load "
+                             "the model in its own dtype)",
     "generation.vllm_prefix_caching": "not applicable (the local engine; OpenRLHF sets up its "
                                       "own vLLM engines)",
     "generation.vllm_enforce_eager": "`--vllm.enforce_eager`",
