@@ -19,7 +19,7 @@ BAD = {  # check -> the metrics that make one step bad for it (and only it)
     "tool_errors": {"rollout/tool_error_rate": 0.75},
     "replay_drought": {"replay/accepted": 0.0},
     "nonfinite": {"train/nonfinite": 1.0},
-    "sampler_sync": {"rollout/logprob_gap": 0.05},
+    "sampler_sync": {"rollout/logprob_gap": 0.5},  # the first step's gap is judged against 0.2
 }
 
 THRESHOLDS = dict(zero_reward_steps=4, zero_variance_steps=3, no_signal_steps=2,
@@ -144,3 +144,13 @@ def test_a_logprob_gap_jump_is_judged_against_the_healthy_steps_median():
     again = HealthMonitor()
     again.load_state_dict(mon.state_dict())
     assert again.gaps == mon.gaps
+
+
+def test_a_bf16_engines_steady_rounding_is_its_baseline_not_a_jump():
+    """A bf16 engine's first gap (0.035: its rounding, measured on SmolLM2) is the level, not
+    a jump; 10x it is (a sync missed for many steps); a first gap past 0.2 is a jump at once."""
+    mon = HealthMonitor()
+    out = _run(mon, [{**GOOD, "rollout/logprob_gap": g} for g in (0.035, 0.037, 0.033, 0.4)])
+    assert [o["health/logprob_gap_jumps"] for o, _ in out] == [0, 0, 0, 1]
+    wrong = _run(HealthMonitor(), [{**GOOD, "rollout/logprob_gap": 0.25}])
+    assert wrong[0][0]["health/logprob_gap_jumps"] == 1

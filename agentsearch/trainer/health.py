@@ -80,6 +80,11 @@ class HealthMonitor:
         gap_jump, gap_floor: a gap is a jump above ``gap_jump`` x the median of the last
             ``GAP_HISTORY`` healthy gaps and above ``gap_floor`` nats per token (fp32 engines
             agree to ~1e-6; one missed LoRA sync after an lr 1e-4 step moves ~1e-2).
+        gap_first_max: the first gap (no history yet) is a jump only above this: the first
+            step's engine holds the weights the trainer starts from, so its gap is the
+            engine's own rounding (a bf16 engine: ~0.035 nats on SmolLM2), the level later
+            steps are judged against. Under a bf16 engine one missed sync (~1e-2) hides in
+            that rounding; a sync missed for many steps, or wrong weights, still shows.
         replay_kind: the run's replay kind; ``None`` or ``"none"`` disables the drought
             check (nothing is ever stored, so an empty buffer is expected).
     """
@@ -88,12 +93,13 @@ class HealthMonitor:
                  no_signal_steps: int = 5, tool_error_streak: int = 3, drought_steps: int = 10,
                  nonfinite_steps: int = 3, *, tool_error_rate: float = 0.5,
                  replay_kind: str | None = "hdr", gap_steps: int = 1, gap_jump: float = 10.0,
-                 gap_floor: float = 1e-3) -> None:
+                 gap_floor: float = 1e-3, gap_first_max: float = 0.2) -> None:
         self.thresholds = {"zero_reward": zero_reward_steps, "zero_variance": zero_variance_steps,
                            "no_signal": no_signal_steps, "tool_errors": tool_error_streak,
                            "replay_drought": drought_steps, "nonfinite": nonfinite_steps,
                            "sampler_sync": gap_steps}
         self.gap_jump, self.gap_floor = float(gap_jump), float(gap_floor)
+        self.gap_first_max = float(gap_first_max)
         self.gaps: list[float] = []  # the last healthy steps' logprob gaps
         if any(int(t) < 0 for t in self.thresholds.values()):
             raise ValueError(f"health thresholds must be >= 0, got {self.thresholds}")
@@ -137,7 +143,7 @@ class HealthMonitor:
             out["nonfinite"] = (nf > 0, "non-finite loss or gradient, update skipped")
         if (gap := _get(m, "rollout/logprob_gap")) is not None:
             limit = max(self.gap_floor, self.gap_jump * _median(self.gaps)) if self.gaps \
-                else self.gap_floor
+                else max(self.gap_floor, self.gap_first_max)
             jumped = gap > limit
             if not jumped:
                 self.gaps = [*self.gaps, gap][-GAP_HISTORY:]
