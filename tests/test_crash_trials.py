@@ -99,6 +99,18 @@ def test_saving_the_same_step_again_replaces_it_whole(tmp_path):
     assert [p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith(".")] == []
 
 
+def test_a_checkpoints_own_step_wins_over_a_stale_step_in_its_state(tmp_path):
+    """A resumed loop once kept load_checkpoint's "step" in the state it saved again: resumed a
+    second time, the run went back to the first resume's step (seen at step 66 of a SmolLM2 run
+    resumed from 60). The checkpoint's step wins; the loop no longer carries one along."""
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    save_checkpoint(tmp_path, 66, model=model, optimizer=opt,
+                    state={"step": 60, "train_cumulative": 1.0})
+    state = load_checkpoint(latest_checkpoint(tmp_path), model=model, restore_rng=False)
+    assert (state["step"], state["train_cumulative"]) == (66, 1.0)
+
+
 def test_a_metrics_line_cut_by_a_crash_is_dropped_on_resume(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps({"step": s, "x": s}) + "\n"

@@ -213,10 +213,11 @@ def load_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizer=None,
     if replay is not None and (path / "replay.pt").exists():
         replay.load_state_dict(torch.load(path / "replay.pt", map_location="cpu",
                                           weights_only=False))
+    # the checkpoint's own step wins over any "step" a caller's state dict carried along
     if not restore_rng:
-        return {"step": trainer["step"], **trainer["state"], "rng": trainer["rng"]}
+        return {**trainer["state"], "step": trainer["step"], "rng": trainer["rng"]}
     set_rng_state(trainer["rng"])
-    return {"step": trainer["step"], **trainer["state"]}
+    return {**trainer["state"], "step": trainer["step"]}
 
 
 def save_reference(run_dir: str | Path, model: torch.nn.Module) -> None:

@@ -131,7 +131,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
     if resume and (ckpt := latest_checkpoint(run_dir)) is not None:  # its RNGs are restored last
         state = load_checkpoint(ckpt, model=model, optimizer=optimizer, scheduler=scheduler,
                                 replay=replay, restore_rng=False)
-        step, rng = state["step"], state.pop("rng")
+        step, rng = state.pop("step"), state.pop("rng")  # not saved again: a later resume
         sampler.load_state_dict(state["sampler"])
         health.load_state_dict(state.get("health", {}))
         log.info("resuming from checkpoint %s", ckpt.name)
