@@ -136,3 +136,106 @@ REAL_LM_FIGURES += group(RL, "vLLM merged 68.6 tokens/s without and 97.6 with pr
     ("97.6", j(PC, "gen_vllm_merged_pc.tokens_per_s", bench="real_lm")),
     ("34.5", j(PC, "gen_hf.tokens_per_s", bench="real_lm")),
     ("2.83", j(PC, "gen_vllm_merged_pc_over_hf", bench="real_lm"))])
+
+RL0 = R + "real_lm/rl-seed0/"
+
+
+def rl0(key: str, step: int):
+    return lambda root: F.run_metric(root / RL0, key, step)
+
+
+def rl0_median(key: str):
+    """The median of ``key`` over the run's RL steps (step > 0)."""
+    import statistics
+
+    def value(root: Path) -> float:
+        rows = F.json_lines(root / RL0 / "metrics.jsonl")
+        return statistics.median(r[key] for r in rows if r["step"] > 0 and key in r)
+    return value
+
+
+_T0 = "| warm start: 24 SFT steps, 468.8 s | 0.823 | 0.884 | 0.729 | 0.656 | 0.977 |"
+_T1 = "| RL: 66 steps, 7,210 s | 0.907 | 0.929 | 0.843 | 0.906 | 0.980 |"
+REAL_LM_FIGURES += [
+    *group(RL, _T0, RL0, [("468.8", rl0("time/sft", 0)), ("0.823", rl0("eval/mean_at_n", 0)),
+                          ("0.884", rl0("eval/name/mean_at_n", 0)),
+                          ("0.729", rl0("eval/year/mean_at_n", 0)),
+                          ("0.656", rl0("eval/nationality/mean_at_n", 0)),
+                          ("0.977", rl0("eval/searches", 0))]),
+    *group(RL, _T1, RL0, [("66", rl0("step", 66)), ("7,210", rl0("time/train_cumulative", 66)),
+                          ("0.907", rl0("eval/mean_at_n", 66)),
+                          ("0.929", rl0("eval/name/mean_at_n", 66)),
+                          ("0.843", rl0("eval/year/mean_at_n", 66)),
+                          ("0.906", rl0("eval/nationality/mean_at_n", 66)),
+                          ("0.980", rl0("eval/searches", 66))]),
+    *group(RL, "RL added 8.3 points (the target is 10)", RL0, [
+        ("8.3", lambda root: 100 * (rl0("eval/mean_at_n", 66)(root)
+                                    - rl0("eval/mean_at_n", 0)(root)))]),
+    *group(RL, "a step 95.3 s, of which generate 18.3 s", RL0, [
+        ("95.3", rl0_median("time/step")), ("18.3", rl0_median("time/generate"))]),
+    *group(RL, "logprobs 3.6 s, update 73.1 s. In the median step 75% of the", RL0, [
+        ("3.6", rl0_median("time/logprobs")), ("73.1", rl0_median("time/update")),
+        ("75", lambda root: 100 * rl0_median("groups/zero_variance_frac")(root))]),
+    *group(RL, "An eval of the 300 questions took 302.7 s and 230.7 s at steps 20 and 40", RL0, [
+        ("302.7", rl0("time/eval", 20)), ("230.7", rl0("time/eval", 40))]),
+    *group(RL, "(836.3 s and 531.9 s at", RL0, [
+        ("836.3", rl0("time/eval", 60)), ("531.9", rl0("time/eval", 66))]),
+]
+
+BF16 = R + "real_lm/bench_real_lm_bf16.jsonl"
+REAL_LM_FIGURES += [
+    *group(RL, "vLLM merged with prefix caching 35.83 tokens/s in fp32", BF16, [
+        ("35.83", j(BF16, "gen_vllm_merged_pc.tokens_per_s", bench="real_lm"))]),
+    *group(RL, "and 70.68 in bf16 (1.97x), against HF's 9.16 (7.72x", BF16, [
+        ("70.68", j(BF16, "gen_vllm_merged_pc_bf16.tokens_per_s", bench="real_lm")),
+        ("1.97", j(BF16, "gen_bf16_over_fp32", bench="real_lm")),
+        ("9.16", j(BF16, "gen_hf.tokens_per_s", bench="real_lm")),
+        ("7.72", j(BF16, "gen_vllm_merged_pc_bf16_over_hf", bench="real_lm"))]),
+    *group(RL, "peak RSS 5.25 GB fp32, 4.36 GB bf16", BF16, [
+        ("5.25", j(BF16, "gen_vllm_merged_pc.peak_rss_gb", bench="real_lm")),
+        ("4.36", j(BF16, "gen_vllm_merged_pc_bf16.peak_rss_gb", bench="real_lm"))]),
+    *group(RL, "from the trainer's fp32 ones, against 0.000 for the fp32 engine", BF16, [
+        ("0.000", j(BF16, "gen_vllm_merged_pc.logprob_gap", bench="real_lm"))]),
+    *group(RL, "The price: the sampler's logprobs sit 0.035 nats", BF16, [
+        ("0.035", j(BF16, "gen_vllm_merged_pc_bf16.logprob_gap", bench="real_lm"))]),
+]
+
+README_ = "README.md"
+
+
+def _adapter_mb(root: Path) -> float:
+    return (root / RL0 / "adapter" / "adapter_model.safetensors").stat().st_size / 1e6
+
+
+def _eval_over_step(step: int):
+    return lambda root: rl0("time/eval", step)(root) / rl0_median("time/step")(root)
+
+
+REAL_LM_FIGURES += [
+    *group(README_, "| warm start (24 SFT steps, 468.8 s) | 0.823 | 0.884 | 0.729 | 0.656 |", RL0,
+           [("468.8", rl0("time/sft", 0)), ("0.823", rl0("eval/mean_at_n", 0)),
+            ("0.884", rl0("eval/name/mean_at_n", 0)), ("0.729", rl0("eval/year/mean_at_n", 0)),
+            ("0.656", rl0("eval/nationality/mean_at_n", 0))]),
+    *group(README_, "| after RL (66 steps, 7,210 s) | 0.907 | 0.929 | 0.843 | 0.906 |", RL0,
+           [("66", rl0("step", 66)), ("7,210", rl0("time/train_cumulative", 66)),
+            ("0.907", rl0("eval/mean_at_n", 66)), ("0.929", rl0("eval/name/mean_at_n", 66)),
+            ("0.843", rl0("eval/year/mean_at_n", 66)),
+            ("0.906", rl0("eval/nationality/mean_at_n", 66))]),
+    *group(README_, "| base SmolLM2 (no adapter) | 0.000 | 0.000 | 0.000 | 0.000 |", RLB,
+           [("0.000", lambda root: F.field(root / RLB, "em", bench="wiki_answering", split="dev",
+                                           context="gold"))]
+           + [("0.000", lambda root, t=t: F.field(root / RLB, f"by_type.{t}.em",
+                                                  bench="wiki_answering", split="dev",
+                                                  context="gold"))
+              for t in ("name", "year", "nationality")]),
+    *group(README_, "The run's fp16 adapter (9.8 MB)", RL0, [("9.8", _adapter_mb)]),
+    *group(README_, "+8.3 points is short of the +10 target", RL0, [
+        ("8.3", lambda root: 100 * (rl0("eval/mean_at_n", 66)(root)
+                                    - rl0("eval/mean_at_n", 0)(root)))]),
+    *group(README_, "an eval of 300 questions costs 2.4-3.2 RL steps", RL0, [
+        ("2.4", _eval_over_step(40)), ("3.2", _eval_over_step(20))]),
+    *group(RL, "steps 60 and 66, beside other work on the machine): 2.4-3.2 median steps", RL0, [
+        ("2.4", _eval_over_step(40)), ("3.2", _eval_over_step(20))]),
+    *group(README_, "the engine in bf16: 1.97x the generation tokens/s", BF16, [
+        ("1.97", j(BF16, "gen_bf16_over_fp32", bench="real_lm"))]),
+]
