@@ -52,6 +52,7 @@ def test_a_few_steps_train_and_log_every_phase(tmp_path):
                     "rollout/entropy"):
             assert key in r, key
         assert r["time/step"] > 0 and r["tokens/generated"] > 0
+        assert 0.1 < r["sys/peak_rss_gb"] < 64  # this process's peak RSS, in GB
         assert r["rollout/logprob_gap"] < 1e-3  # HF engine vs trainer forward, fp32
     assert recs[-1]["time/train_cumulative"] > recs[1]["time/train_cumulative"]
     assert "eval/mean_at_n" in recs[0] and "eval/mean_at_n" in recs[-1]

@@ -111,8 +111,8 @@ def test_tiny_vision_trains_end_to_end_and_resumes_exactly(tmp_path):
             "sft.pretrain_episodes=20", "sft.pretrain_cache=false"]
     ref, run = tmp_path / "ref", tmp_path / "run"
 
-    def _seconds(key):  # wall-clock measurements differ between any two runs
-        return key.startswith("time/") or key.endswith("_seconds")
+    def _seconds(key):  # wall-clock and memory measurements differ between any two runs
+        return key.startswith(("time/", "sys/")) or key.endswith("_seconds")
 
     def rows(folder):
         return [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]

@@ -51,8 +51,10 @@ CRASH_POINTS = ("checkpoint:model@2", "checkpoint:files@1", "checkpoint:renamed@
 
 
 def is_timing(key: str) -> bool:
-    """A metric that measures wall-clock (never equal between two runs): not compared."""
-    return key.startswith("time/") or key.endswith(("_seconds", "_s")) or "latency" in key
+    """A metric that measures wall-clock or the machine (``sys/``: peak RSS), never equal
+    between two runs: not compared."""
+    return key.startswith(("time/", "sys/")) or key.endswith(("_seconds", "_s")) \
+        or "latency" in key
 
 
 @dataclass

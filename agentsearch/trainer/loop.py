@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import resource
 import time
 from functools import partial
 from pathlib import Path
@@ -270,7 +271,9 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
                    "rollout/infra_retried": float(outages.transient_errors - retried),
                    "tokens/generated": float(rstats.tokens_generated),
                    "tokens/scored": scored["tokens"],
-                   "tokens/trained": tmetrics.get("train/tokens", 0.0)}
+                   "tokens/trained": tmetrics.get("train/tokens", 0.0),
+                   # this process's peak so far: trainer, in-process vLLM engine and index
+                   "sys/peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}
         hmetrics, warnings = health.update(step, metrics)
         metrics.update(hmetrics)
         for w in warnings:
