@@ -104,3 +104,22 @@ def test_a_saved_fp16_adapter_reloads_as_the_policy_it_was_saved_from(tmp_path, 
     dump(cfg, run / "config.yaml")
     shutil.rmtree(run / "final")
     assert _eval_cli(capsys, "--run", str(run), "--limit", "4")["eval/questions"] == 4
+
+
+def test_a_chunked_greedy_eval_equals_the_eval_of_all_at_once():
+    """``eval.chunk``: the episodes played a chunk at a time (every turn of a chunk before the
+    next) score exactly as all at once when greedy; progress counts over the whole eval."""
+    from agentsearch.models import load_model as load
+    from agentsearch.rollout.hf import HFBackend
+    from agentsearch.trainer.eval import eval_envs, eval_settings, evaluate
+
+    cfg = apply_overrides(TrainConfig, "tiny", ["eval.limit=20", "threads=1"])
+    model, tok = load("tiny-base")
+    envs, tasks = eval_envs(cfg)
+    whole = evaluate(HFBackend(model, tok), envs, tasks, **eval_settings(cfg))
+    seen = []
+    chunked = evaluate(HFBackend(model, tok), envs, tasks, **{**eval_settings(cfg), "chunk": 7},
+                       on_turn=lambda turn, done, total: seen.append((done, total)))
+    assert chunked == whole and whole["eval/questions"] == 20
+    assert {t for _, t in seen} == {20} and max(d for d, _ in seen) == 20
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)  # never counts back

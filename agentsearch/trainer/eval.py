@@ -25,11 +25,12 @@ episodes with their rewards.
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import partial
 
 import numpy as np
 
 from agentsearch.core.config import ConfigError
-from agentsearch.rollout import EventLoop, SamplingParams, rollout
+from agentsearch.rollout import EventLoop, SamplingParams, derive_seed, rollout
 
 __all__ = ["evaluate", "eval_settings", "eval_envs", "sample_per_source", "cli_policy", "main",
            "pass_at_k"]
@@ -42,7 +43,8 @@ def eval_settings(cfg) -> dict:
     ``agentsearch eval --run`` use exactly these, so a saved model reproduces its evals."""
     e = cfg.eval
     return dict(n=e.n, temperature=e.temperature, max_new_tokens=cfg.generation.max_new_tokens,
-                max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len, seed=cfg.seed + 7)
+                max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len, seed=cfg.seed + 7,
+                chunk=e.chunk)
 
 
 def eval_envs(cfg, split: str | None = None, questions: str | None = None, limit: int | None = None,
@@ -114,13 +116,22 @@ def _bucket(task: dict) -> str:
 def evaluate(backend, envs, tasks: list[dict], *, n: int = 1, temperature: float = 0.0,
              max_new_tokens: int = 64, max_turns: int | None = None, max_seq_len: int | None = None,
              seed: int = 0, prefix: str = "eval", samples_to=None, loop=None,
-             on_turn=None) -> dict[str, float]:
+             on_turn=None, chunk: int = 0) -> dict[str, float]:
     """Play every task ``n`` times; return ``{prefix}/...`` metrics. ``samples_to``: a text
     file for a few decoded episodes (``write_samples``). ``loop``: the run's ``EventLoop``.
-    ``on_turn(turn, done, total)``: called after each turn (``rollout``)."""
-    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
-    episodes, stats = rollout(envs, tasks, backend, params, n_per_task=n, max_turns=max_turns,
-                              seed=seed, max_seq_len=max_seq_len, loop=loop, on_turn=on_turn)
+    ``on_turn(turn, done, total)``: called after each turn (``rollout``). ``chunk``: episodes
+    played at a time (``EvalConfig.chunk``; 0 = all); chunk ``k`` seeds with
+    ``derive_seed(seed, k)`` (chunk 0 alone: ``seed``, the unchunked eval)."""
+    per = max(chunk // n, 1) if chunk else max(len(tasks), 1)
+    episodes, stats = [], None
+    for k, lo in enumerate(range(0, len(tasks), per)):
+        s = seed if k == 0 else derive_seed(seed, k)
+        params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=s)
+        turn_cb = on_turn and partial(_offset_turn, on_turn, lo * n, len(tasks) * n)
+        eps, st = rollout(envs[lo * n:(lo + per) * n], tasks[lo:lo + per], backend, params,
+                          n_per_task=n, max_turns=max_turns, seed=s, max_seq_len=max_seq_len,
+                          loop=loop, on_turn=turn_cb)
+        episodes, stats = episodes + eps, st if stats is None else stats.merged(st)
     per_bucket: dict[str, list[tuple[float, float]]] = defaultdict(list)
     behaviour: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     wins = []
@@ -155,6 +166,11 @@ def evaluate(backend, envs, tasks: list[dict], *, n: int = 1, temperature: float
     if samples_to is not None:
         write_samples(episodes, tasks, n, samples_to, tokenizer=getattr(backend, "tokenizer", None))
     return out
+
+
+def _offset_turn(on_turn, before: int, total: int, turn: int, done: int, _chunk_total: int):
+    """A chunk's ``on_turn`` as the whole eval's: episodes done so far out of all of them."""
+    on_turn(turn, before + done, total)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -95,6 +95,11 @@ class EvalConfig:
     """Samples per question: Mean@n and Best@n."""
     temperature: float = 0.0
     """0 = greedy."""
+    chunk: int = 0
+    """Play the eval's episodes this many at a time, every turn of a chunk before the next
+    chunk starts (0 = all at once). With vLLM prefix caching a chunk's later turns find their
+    earlier turns' KV still cached; all 300 at once overflow the KV cache and prefill the whole
+    conversation again at each turn (``real_lm.md`` measures it)."""
 
 
 @dataclass

@@ -136,6 +136,8 @@ NOTES: dict[str, str] = {
     "eval.questions": "the eval prompt file's source",
     "eval.limit": "eval questions unless `eval_questions`",
     "eval.per_source": "how the eval prompt file samples a multi-source file (as the local eval)",
+    "eval.chunk": "not applicable (OpenRLHF's agent executor plays each eval episode on its own "
+                  "against vLLM's async engine)",
     "seed": "and the prompt order",
     "checkpoint_every": "(resume is on: `--ckpt.load_enable`)",
     "tensorboard": "`--logger.tensorboard_dir` when true",
