@@ -162,6 +162,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--episodes", type=int, default=16)
     ap.add_argument("--parts", nargs="*", default=list(PARTS))
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run every part this many times, alternating the order; each part "
+                         "reports its median round (the machine's speed drifts: one run of "
+                         "2026-12-06 measured HF 3.8x slower than the day before)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--out", help="append the JSON line to this file too")
     ap.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
@@ -170,17 +174,23 @@ def main() -> int:
         print("RESULT " + json.dumps(child(a.child, a.episodes)), flush=True)
         return 0
     prov = require_clean("bench_real_lm", a.allow_dirty)
-    res = {}
-    for part in a.parts:
-        t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, __file__, "--child", part, "--episodes",
-                               str(a.episodes)], capture_output=True, text=True)
-        line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-        if proc.returncode or not line:
-            raise SystemExit(f"bench_real_lm: part {part} failed:\n{proc.stderr[-3000:]}")
-        res[part] = json.loads(line[-1][len("RESULT "):])
-        print(f"[bench_real_lm] {part}: {res[part]} ({time.perf_counter() - t0:.0f} s)",
-              file=sys.stderr, flush=True)
+    runs: dict[str, list[dict]] = {part: [] for part in a.parts}
+    for r in range(a.rounds):  # rounds alternate the order: a drift in the machine's speed
+        for part in (a.parts if r % 2 == 0 else a.parts[::-1]):  # falls on every part alike
+            t0 = time.perf_counter()
+            proc = subprocess.run([sys.executable, __file__, "--child", part, "--episodes",
+                                   str(a.episodes)], capture_output=True, text=True)
+            line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+            if proc.returncode or not line:
+                raise SystemExit(f"bench_real_lm: part {part} failed:\n{proc.stderr[-3000:]}")
+            runs[part].append(json.loads(line[-1][len("RESULT "):]))
+            print(f"[bench_real_lm] round {r + 1}/{a.rounds} {part}: {runs[part][-1]} "
+                  f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    res = {}  # per part: its median round by tokens/s, and every round's tokens/s
+    for part, rs in runs.items():
+        ordered = sorted(rs, key=lambda x: x["tokens_per_s"])
+        res[part] = {**ordered[(len(ordered) - 1) // 2],
+                     "tokens_per_s_rounds": [x["tokens_per_s"] for x in rs]}
     ratio = {name: res[a]["tokens_per_s"] / res[b]["tokens_per_s"]
              for name, (a, b) in RATIOS.items() if {a, b} <= set(res)}
     line = {"bench": "real_lm", "model": "smollm2 + LoRA r16", "episodes": a.episodes, **res,
