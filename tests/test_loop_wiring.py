@@ -68,6 +68,15 @@ def test_kl_reference_with_lora_is_the_warm_started_adapter(tmp_path):
     weights = torch.load(tmp_path / "checkpoints" / "step-000001" / "model.pt", weights_only=True)
     # only the policy trains
     assert weights and all("lora_" in k and ".reference." not in k for k in weights)
+    # the warm-started adapter is kept (fp16) beside the run: it is the KL reference
+    from safetensors.torch import load_file
+
+    from agentsearch.trainer.checkpoint import load_reference
+
+    warm = load_file(str(tmp_path / "warm_start" / "adapter_model.safetensors"))
+    ref = {k.replace(".default.", "."): v for k, v in load_reference(tmp_path).items()}
+    assert warm.keys() == ref.keys()
+    assert all(torch.allclose(warm[k].float(), ref[k], atol=1e-3, rtol=1e-3) for k in warm)
 
 
 def test_metrics_sinks_get_the_config_as_nested_sections(warm_kl_run):

@@ -49,7 +49,12 @@ from agentsearch.core.progress import Progress
 from agentsearch.core.provenance import stamp_run, tree_state
 from agentsearch.core.reliability import OutageError, outages
 from agentsearch.models.logprobs import make_score_fn, token_logprobs
-from agentsearch.models.lora import count_parameters, frozen_reference, reference_policy
+from agentsearch.models.lora import (
+    count_parameters,
+    frozen_reference,
+    reference_policy,
+    save_adapter,
+)
 from agentsearch.rollout import EventLoop
 from agentsearch.rollout.events import worker_thread
 from agentsearch.trainer.checkpoint import (
@@ -142,6 +147,8 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
         t0 = time.perf_counter()
         sft_metrics = warm_start(cfg, model, tok, envs, make_envs=build_envs)
         sft_metrics["time/sft"] = time.perf_counter() - t0
+        if hasattr(model, "peft_config"):  # the warm-started policy, for evals on other questions
+            save_adapter(model, run_dir / "warm_start")
         log.info("warm start: %s",
                  ", ".join(f"{k.split('/')[-1]} {v:.4g}" for k, v in sft_metrics.items()))
     # the KL reference is the policy RL starts from, after the warm start; saved once, so a
