@@ -171,11 +171,14 @@ def test_zero_advantage_rows_take_no_forward_and_leave_the_step_unchanged(base):
     out_a, *_ = _step(a, cfg, rows)
     hook.remove()
     assert len(calls) == len(rows) - len(zero)
+    assert out_a["train/rows"] == len(rows)
+    assert out_a["train/rows_forwarded"] == len(rows) - len(zero)
+    assert out_a["train/tokens_forwarded"] == sum(int(r.mask.sum()) for r in rows if r.adv != 0)
     b = copy.deepcopy(base)  # the same step on the signal rows only, normalised by all rows
     calls.clear()
     hook = count(b)
     out_b, *_ = _step(b, cfg, rows, entropy_coef=1e-9)
     hook.remove()
-    assert len(calls) == len(rows)
+    assert len(calls) == len(rows) == out_b["train/rows_forwarded"]
     for (n, p), q in zip(a.named_parameters(), b.parameters()):
         assert torch.allclose(p, q, atol=1e-6), n

@@ -153,6 +153,10 @@ def policy_update(model, optimizer, scheduler, rows: Sequence[Row], cfg, *,
                 "train/optimizer_steps": float(len(taken)), "train/rows": float(len(rows)),
                 "train/tokens": float(sum(int(r.mask.sum()) for r in rows)),
                 "train/replayed_rows": float(sum(r.replayed for r in rows)),
+                # what the update's forwards and backwards actually processed (zero-advantage
+                # rows take none): summed over its optimizer steps
+                **{k: sum(s[k] for s in taken)
+                   for k in ("train/rows_forwarded", "train/tokens_forwarded")},
                 "train/lr": optimizer.param_groups[0]["lr"]})
     return out
 
@@ -223,7 +227,8 @@ def _optimizer_step(model, optimizer, rows: Sequence[Row], cfg, kl_on: bool,
     if entropy_coef <= 0:
         del sums["entropy"]
     return {**{f"train/{k}": v for k, v in sums.items()}, "train/skipped": 0.0,
-            "train/grad_norm": grad_norm}
+            "train/grad_norm": grad_norm, "train/rows_forwarded": float(len(rows)),
+            "train/tokens_forwarded": n_tokens}
 
 
 def _own_ratio(rows: Sequence[Row], lp: torch.Tensor, old: torch.Tensor,
