@@ -213,16 +213,14 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("pareto", help="quality-vs-wall-clock per method, frontier, time to target, "
                                       "replay diagnostics")
     s.add_argument("runs", nargs="+", help="run folders (metrics.jsonl inside)")
-    s.add_argument("--metric", default="eval/mean_at_n", help="quality metric (y axis)")
     s.add_argument("--out", default=None,
                    help="X.png: the plot plus X.json, X.md, X_*.csv and X_replay.png beside it; "
                         "a folder: the same named pareto*; X.json: the JSON summary only")
-    s.add_argument("--label-by", default="auto",
-                   help="how runs group into methods: auto (from config.yaml: replay.kind, loss, "
+    _add_method_args(s, "how runs group into methods: auto (from config.yaml: replay.kind, loss, "
                         "prompts_per_step, dynamic_sampling; configs that differ in anything but "
                         "the seed get the differing keys appended, hdr[lr=0.001]), dir (folder "
-                        "name without -sN), or "
-                        "comma-separated config keys (replay.kind,replay.tau)")
+                        "name without -sN), or comma-separated config keys (replay.kind,"
+                        "replay.tau)")
     s.add_argument("--target-method", default=None,
                    help="the baseline whose final score is the target (default on_policy_larger, "
                         "else the best on-policy method)")
@@ -238,9 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default=None,
                    help="HTML file to write (default: RUN/report.html for one run, report.html "
                         "for several)")
-    s.add_argument("--metric", default="eval/mean_at_n", help="quality metric")
-    s.add_argument("--label-by", default="auto",
-                   help="how runs group into methods (as `agentsearch pareto`): auto, dir, or "
+    _add_method_args(s, "how runs group into methods (as `agentsearch pareto`): auto, dir, or "
                         "comma-separated config keys")
     s.add_argument("--target", type=float, default=None,
                    help="the score for time to target (default: the best run's score at half "
@@ -284,3 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="corpus.jsonl to write")
     s.set_defaults(fn=cmd_wiki_corpus)
     return p
+
+
+def _add_method_args(s, label_help: str) -> None:
+    """``--metric`` and ``--label-by``: how ``pareto`` and ``report`` read and group runs."""
+    s.add_argument("--metric", default="eval/mean_at_n", help="quality metric (y axis)")
+    s.add_argument("--label-by", default="auto", help=label_help)
