@@ -82,9 +82,10 @@ class HealthMonitor:
             agree to ~1e-6; one missed LoRA sync after an lr 1e-4 step moves ~1e-2).
         gap_first_max: the first gap (no history yet) is a jump only above this: the first
             step's engine holds the weights the trainer starts from, so its gap is the
-            engine's own rounding (a bf16 engine: ~0.035 nats on SmolLM2), the level later
-            steps are judged against. Under a bf16 engine one missed sync (~1e-2) hides in
-            that rounding; a sync missed for many steps, or wrong weights, still shows.
+            engine's own rounding, the level later steps are judged against. A bf16 engine's
+            rounding depends on the policy's entropy: 0.035 nats on SmolLM2's first-turn
+            samples at T=1 (bench_real_lm), less once RL has made the policy sure of its
+            tokens; a sync missed for many steps, or wrong weights, still shows.
         replay_kind: the run's replay kind; ``None`` or ``"none"`` disables the drought
             check (nothing is ever stored, so an empty buffer is expected).
     """
