@@ -68,6 +68,7 @@ from results_sources import (  # noqa: F401 (Figure, README, ...: re-exported)
 
 from agentsearch.analysis import figures as F
 
+REL = "docs/reliability.md"  # its "In short" section
 # ---------------------------------------------------------------- README.md
 FIGURES: list[Figure] = [
     *group(README, "dev 0.235 → 0.97–1.0 after 40 steps, 3 seeds", VISION, [
@@ -91,34 +92,34 @@ FIGURES: list[Figure] = [
     *group(README, "`batch_search` gives 1.33–1.73× the q/s of a one-query loop", SERVERS, [
         ("1.33", j(SERVERS, "speedup", bench="b_pyserini_batch", java_threads=1)),
         ("1.73", j(SERVERS, "speedup", bench="b_pyserini_batch", java_threads=2))]),
-    *group(README, "the same dev EM (0.411/0.423/0.423)", FAULTS, [
+    *group(REL, "the same dev EM (0.411/0.423/0.423)", FAULTS, [
         (shown, j(FAULTS, f"{cond}.dev_em.{i}")) for cond in ("none", "outage", "errors", "stalls")
         for i, shown in enumerate(("0.411", "0.423", "0.423"))]),
-    *group(README, "the first warning came 0.01-0.40 s after the first outage or 5xx", FAULTS, [
+    *group(REL, "the first warning came 0.01-0.40 s after the first outage or 5xx", FAULTS, [
         ("0.01", j(FAULTS, "errors.warning_after_fault_s", min)),
         ("0.40", j(FAULTS, "outage.warning_after_fault_s", max))]),
-    *group(README, "the outage cost 25 s of wall-clock", FAULTS, [
+    *group(REL, "the outage cost 25 s of wall-clock", FAULTS, [
         ("25", j(FAULTS, "outage.infra_outage_s", mean))]),
-    *group(README, "256 concurrent clients for 60 s, 0 errors", LOAD, [
+    *group(REL, "256 concurrent clients for 60 s, 0 errors", LOAD, [
         ("256", j(LOAD, "clients", mode="bm25")), ("60", j(LOAD, "seconds", mode="bm25")),
         ("0", lambda root: sum(F.field(root / LOAD, "errors", mode=m)
                                for m in ("bm25", "dense")))]),
-    *group(README, "bm25s 631 q/s (p50/p99 385/728 ms), dense MiniLM 47.5 q/s (5.4/5.9 s)", LOAD, [
+    *group(REL, "bm25s 631 q/s (p50/p99 385/728 ms), dense MiniLM 47.5 q/s (5.4/5.9 s)", LOAD, [
         ("631", j(LOAD, "qps", mode="bm25")), ("385", j(LOAD, "p50_ms", mode="bm25")),
         ("728", j(LOAD, "p99_ms", mode="bm25")), ("47.5", j(LOAD, "qps", mode="dense")),
         ("5.4", j(LOAD, "p50_ms", lambda ms: ms / 1000, mode="dense")),
         ("5.9", j(LOAD, "p99_ms", lambda ms: ms / 1000, mode="dense"))]),
-    *group(README, "all 378 bad requests got a 4xx", LOAD, [
+    *group(REL, "all 378 bad requests got a 4xx", LOAD, [
         ("378", lambda root: sum(F.field(root / LOAD, "bad_requests_4xx", mode=m)
                                  for m in ("bm25", "dense")))]),
-    *group(README, "a storm of 4,000 requests was shed", LOAD, [
+    *group(REL, "a storm of 4,000 requests was shed", LOAD, [
         ("4,000", j(LOAD, "storm.sent", mode="bm25"))]),
-    *group(README, "10 `tiny` runs killed with SIGKILL (4 inside", CRASH, [
+    *group(REL, "10 `tiny` runs killed with SIGKILL (4 inside", CRASH, [
         ("10", j(CRASH, "exact")), ("4", j(CRASH, "kills_at_crash_points"))]),
-    *group(README, "6 at random instants, one twice", CRASH, [("6", j(CRASH, "random_kills"))]),
-    *group(README, "10,000 seeded adversarial actions per env", FUZZ, [
+    *group(REL, "6 at random instants, one twice", CRASH, [("6", j(CRASH, "random_kills"))]),
+    *group(REL, "10,000 seeded adversarial actions per env", FUZZ, [
         ("10,000", every(FUZZ, "steps", min))]),
-    *group(README, "7,101-7,859 of them malformed", FUZZ, [
+    *group(REL, "7,101-7,859 of them malformed", FUZZ, [
         ("7,101", every(FUZZ, "malformed", min)), ("7,859", every(FUZZ, "malformed", max))]),
     *group(README, "bridge │     0.000 -> 0.466 │       1.00 -> 2.05 │              1.00 -> 0.00",
            DEMO, [("0.000", demo("eval/bridge/mean_at_n", 0)),
