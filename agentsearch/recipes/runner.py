@@ -54,24 +54,33 @@ def _tail(path: Path, lines: int = 15) -> str:
 def agentsearch_cli(*args: str, threads: int = 1, log: Path | None = None) -> str:
     """Run ``agentsearch ARGS`` in a subprocess and return its stdout.
 
-    Its stderr goes to ``log`` (appended) or is discarded. A non-zero exit raises
-    ``RunFailed`` with the command and, when there is a log, its last lines.
+    With a ``log``, the child's stderr and stdout both go to it (appended) as they come, so a
+    long run's progress lines (the trainer prints them to stdout) can be followed there;
+    without one, stderr is discarded. A non-zero exit raises ``RunFailed`` with the command
+    and, when there is a log, its last lines.
     """
     cmd = [sys.executable, "-m", "agentsearch", *args]
-    if log is not None:
+    if log is None:
+        res = subprocess.run(cmd, env=subprocess_env(threads), stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+        code, out = res.returncode, res.stdout
+    else:
         log.parent.mkdir(parents=True, exist_ok=True)
+        lines: list[str] = []
         with open(log, "a", encoding="utf-8") as err:
             err.write("$ " + " ".join(cmd[2:]) + "\n")
             err.flush()
-            res = subprocess.run(cmd, env=subprocess_env(threads), stdout=subprocess.PIPE,
-                                 stderr=err, text=True)
-    else:
-        res = subprocess.run(cmd, env=subprocess_env(threads), stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True)
-    if res.returncode != 0:
+            with subprocess.Popen(cmd, env=subprocess_env(threads), stdout=subprocess.PIPE,
+                                  stderr=err, text=True, bufsize=1) as child:
+                for line in child.stdout:
+                    lines.append(line)
+                    err.write(line)
+                    err.flush()
+            code, out = child.returncode, "".join(lines)
+    if code != 0:
         tail = f"; last lines of {log}:\n{_tail(log)}" if log is not None else ""
-        raise RunFailed(f"agentsearch {' '.join(args)} failed (exit {res.returncode}){tail}")
-    return res.stdout
+        raise RunFailed(f"agentsearch {' '.join(args)} failed (exit {code}){tail}")
+    return out
 
 
 ARCHIVED = "archived.json"
