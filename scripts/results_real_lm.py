@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from results_sources import Figure, R, group, j
@@ -212,15 +213,6 @@ def _eval_over_step(step: int):
 
 
 REAL_LM_FIGURES += [
-    *group(README_, "| warm start (24 SFT steps, 468.8 s) | 0.823 | 0.884 | 0.729 | 0.656 |", RL0,
-           [("468.8", rl0("time/sft", 0)), ("0.823", rl0("eval/mean_at_n", 0)),
-            ("0.884", rl0("eval/name/mean_at_n", 0)), ("0.729", rl0("eval/year/mean_at_n", 0)),
-            ("0.656", rl0("eval/nationality/mean_at_n", 0))]),
-    *group(README_, "| after RL (66 steps, 7,210 s) | 0.907 | 0.929 | 0.843 | 0.906 |", RL0,
-           [("66", rl0("step", 66)), ("7,210", rl0("time/train_cumulative", 66)),
-            ("0.907", rl0("eval/mean_at_n", 66)), ("0.929", rl0("eval/name/mean_at_n", 66)),
-            ("0.843", rl0("eval/year/mean_at_n", 66)),
-            ("0.906", rl0("eval/nationality/mean_at_n", 66))]),
     *group(README_, "| base SmolLM2 (no adapter) | 0.000 | 0.000 | 0.000 | 0.000 |", RLB,
            [("0.000", lambda root: F.field(root / RLB, "em", bench="wiki_answering", split="dev",
                                            context="gold"))]
@@ -228,14 +220,65 @@ REAL_LM_FIGURES += [
                                                   bench="wiki_answering", split="dev",
                                                   context="gold"))
               for t in ("name", "year", "nationality")]),
-    *group(README_, "The run's fp16 adapter (9.8 MB)", RL0, [("9.8", _adapter_mb)]),
-    *group(README_, "+8.3 points is short of the +10 target", RL0, [
-        ("8.3", lambda root: 100 * (rl0("eval/mean_at_n", 66)(root)
-                                    - rl0("eval/mean_at_n", 0)(root)))]),
-    *group(README_, "an eval of 300 questions costs 2.4-3.2 RL steps", RL0, [
-        ("2.4", _eval_over_step(40)), ("3.2", _eval_over_step(20))]),
     *group(RL, "steps 60 and 66, beside other work on the machine): 2.4-3.2 median steps", RL0, [
         ("2.4", _eval_over_step(40)), ("3.2", _eval_over_step(20))]),
-    *group(README_, "the engine in bf16: 1.97x the generation tokens/s", BF16, [
-        ("1.97", j(BF16, "gen_bf16_over_fp32", bench="real_lm"))]),
+]
+
+RL2 = R + "real_lm/rl-v2-seed0/"
+
+
+def rl2(key: str, step: int):
+    return lambda root: F.run_metric(root / RL2, key, step)
+
+
+def _rl2_median_step(root: Path) -> float:
+    import statistics
+    rows = [json.loads(x) for x in (root / RL2 / "metrics.jsonl").read_text().splitlines()]
+    return statistics.median(r["time/step"] for r in rows if r["step"] > 0 and "time/step" in r)
+
+
+def _rl2_eval_over_step(fn):
+    def value(root: Path) -> float:
+        rows = [json.loads(x) for x in (root / RL2 / "metrics.jsonl").read_text().splitlines()]
+        return fn(r["time/eval"] for r in rows if r["step"] > 0 and "eval/mean_at_n" in r) \
+            / _rl2_median_step(root)
+    return value
+
+
+def _rl2_rows(warm: str, after: str) -> list:
+    keys = ("eval/mean_at_n", "eval/name/mean_at_n", "eval/year/mean_at_n",
+            "eval/nationality/mean_at_n")
+    out = []
+    for quote, step, head in ((warm, 0, [("936.1", rl2("time/sft", 0))]),
+                              (after, 64, [("64", rl2("step", 64)),
+                                           ("7,211", rl2("time/train_cumulative", 64))])):
+        shown = quote.strip("| ").split(" | ")[1:]
+        out.append((quote, head + [(v, rl2(k, step)) for v, k in zip(shown, keys)]))
+    return out
+
+
+_WARM2 = "| warm start (24 SFT steps, 936.1 s) | 0.817 | 0.874 | 0.743 | 0.625 |"
+_AFTER2 = "| after RL (64 steps, 7,211 s) | 0.927 | 0.949 | 0.843 | 0.969 |"
+_GAIN2 = [("11.0", lambda root: 100 * (rl2("eval/mean_at_n", 64)(root)
+                                       - rl2("eval/mean_at_n", 0)(root)))]
+_EVAL2 = [("1.7", _rl2_eval_over_step(min)), ("1.9", _rl2_eval_over_step(max))]
+REAL_LM_FIGURES += [
+    *[f for page in (README_, RL) for quote, pairs in _rl2_rows(_WARM2, _AFTER2)
+      for f in group(page, quote, RL2, pairs)],
+    *group(README_, "+11.0 points on seed 0", RL2, _GAIN2),
+    *group(RL, "the second recipe (seed 0): +11.0 points", RL2, _GAIN2),
+    *group(README_, "an eval of 300 questions costs 1.7-1.9 RL steps", RL2, _EVAL2),
+    *group(RL, "took\n184.2-207.7 s, 1.7-1.9 median steps", RL2, [
+        ("184.2", lambda r: min(x for x in [rl2("time/eval", s)(r) for s in (20, 40, 60, 64)])),
+        ("207.7", lambda r: max(x for x in [rl2("time/eval", s)(r) for s in (20, 40, 60, 64)])),
+        *_EVAL2]),
+    *group(README_, "The run's fp16 adapter (9.8 MB)", RL2, [
+        ("9.8", lambda root: (root / RL2 / "adapter" / "adapter_model.safetensors").stat().st_size
+         / 1e6)]),
+    *group(README_, "(the first recipe, groups of 4 and an fp32 engine: +8.3)", RL0, [
+        ("8.3", lambda root: 100 * (rl0("eval/mean_at_n", 66)(root)
+                                    - rl0("eval/mean_at_n", 0)(root)))]),
+    *group(RL, "peak RSS (vLLM engine and index\nin process) was 7.01 GB", RL2, [
+        ("7.01", lambda root: max(json.loads(x).get("sys/peak_rss_gb", 0) for x in
+                                  (root / RL2 / "metrics.jsonl").read_text().splitlines()))]),
 ]

@@ -25,9 +25,9 @@ def load():
 
 
 def copy_tree(tmp_path: Path) -> Path:
-    """README.md and docs/results/ (pages and records), as a checkout the check can read."""
+    """README.md and docs/ (pages and records), as a checkout the check can read."""
     root = tmp_path / "copy"
-    shutil.copytree(ROOT / "docs" / "results", root / "docs" / "results")
+    shutil.copytree(ROOT / "docs", root / "docs")
     shutil.copy(ROOT / "README.md", root / "README.md")
     return root
 
@@ -54,7 +54,7 @@ def test_a_tampered_benchmark_line_fails(tmp_path):
     load_jsonl = root / "docs/results/reliability/bench_load.jsonl"
     assert problems(cr, root, "docs/results/reliability/bench_load") == []
     lines = [json.loads(x) for x in load_jsonl.read_text().splitlines()]
-    lines[0]["qps"] = 650.0  # the bm25s line; the README quotes 631 q/s
+    lines[0]["qps"] = 650.0  # the bm25s line; docs/reliability.md quotes 631 q/s
     load_jsonl.write_text("".join(json.dumps(x) + "\n" for x in lines))
     found = problems(cr, root, "docs/results/reliability/bench_load")
     assert len(found) == 1 and "'631'" in found[0] and "the record gives 650.0" in found[0], found
@@ -79,8 +79,8 @@ def test_a_tampered_run_record_fails(tmp_path):
 def test_a_figure_edited_without_its_record_fails(tmp_path):
     cr = load()
     root = copy_tree(tmp_path)
-    readme = root / "README.md"
-    readme.write_text(readme.read_text().replace("bm25s 631 q/s", "bm25s 731 q/s"))
+    page = root / "docs" / "reliability.md"
+    page.write_text(page.read_text().replace("bm25s 631 q/s", "bm25s 731 q/s"))
     found = problems(cr, root, "docs/results/reliability/bench_load")
     assert found and all("no longer in the page" in m for m in found)
     assert {m.split(": ", 1)[1].split(" in ")[0] for m in found} >= {"'631'", "'385'", "'47.5'"}
