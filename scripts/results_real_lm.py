@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from results_sources import Figure, R, group, j
@@ -145,12 +144,12 @@ def rl0(key: str, step: int):
     return lambda root: F.run_metric(root / RL0, key, step)
 
 
-def rl0_median(key: str):
-    """The median of ``key`` over the run's RL steps (step > 0)."""
+def rl0_median(key: str, record: str = RL0):
+    """The median of ``key`` over a run record's RL steps (step > 0)."""
     import statistics
 
     def value(root: Path) -> float:
-        rows = F.json_lines(root / RL0 / "metrics.jsonl")
+        rows = F.json_lines(root / record / "metrics.jsonl")
         return statistics.median(r[key] for r in rows if r["step"] > 0 and key in r)
     return value
 
@@ -231,17 +230,11 @@ def rl2(key: str, step: int):
     return lambda root: F.run_metric(root / RL2, key, step)
 
 
-def _rl2_median_step(root: Path) -> float:
-    import statistics
-    rows = [json.loads(x) for x in (root / RL2 / "metrics.jsonl").read_text().splitlines()]
-    return statistics.median(r["time/step"] for r in rows if r["step"] > 0 and "time/step" in r)
-
-
 def _rl2_eval_over_step(fn):
     def value(root: Path) -> float:
-        rows = [json.loads(x) for x in (root / RL2 / "metrics.jsonl").read_text().splitlines()]
+        rows = F.json_lines(root / RL2 / "metrics.jsonl")
         return fn(r["time/eval"] for r in rows if r["step"] > 0 and "eval/mean_at_n" in r) \
-            / _rl2_median_step(root)
+            / rl0_median("time/step", RL2)(root)
     return value
 
 
@@ -279,6 +272,6 @@ REAL_LM_FIGURES += [
         ("8.3", lambda root: 100 * (rl0("eval/mean_at_n", 66)(root)
                                     - rl0("eval/mean_at_n", 0)(root)))]),
     *group(RL, "peak RSS (vLLM engine and index\nin process) was 7.01 GB", RL2, [
-        ("7.01", lambda root: max(json.loads(x).get("sys/peak_rss_gb", 0) for x in
-                                  (root / RL2 / "metrics.jsonl").read_text().splitlines()))]),
+        ("7.01", lambda root: max(r.get("sys/peak_rss_gb", 0)
+                                  for r in F.json_lines(root / RL2 / "metrics.jsonl")))]),
 ]
