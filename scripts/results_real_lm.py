@@ -144,7 +144,7 @@ def rl0(key: str, step: int):
     return lambda root: F.run_metric(root / RL0, key, step)
 
 
-def rl0_median(key: str, record: str = RL0):
+def run_median(key: str, record: str = RL0):
     """The median of ``key`` over a run record's RL steps (step > 0)."""
     import statistics
 
@@ -172,10 +172,10 @@ REAL_LM_FIGURES += [
         ("8.3", lambda root: 100 * (rl0("eval/mean_at_n", 66)(root)
                                     - rl0("eval/mean_at_n", 0)(root)))]),
     *group(RL, "a step 95.3 s, of which generate 18.3 s", RL0, [
-        ("95.3", rl0_median("time/step")), ("18.3", rl0_median("time/generate"))]),
+        ("95.3", run_median("time/step")), ("18.3", run_median("time/generate"))]),
     *group(RL, "logprobs 3.6 s, update 73.1 s. In the median step 75% of the", RL0, [
-        ("3.6", rl0_median("time/logprobs")), ("73.1", rl0_median("time/update")),
-        ("75", lambda root: 100 * rl0_median("groups/zero_variance_frac")(root))]),
+        ("3.6", run_median("time/logprobs")), ("73.1", run_median("time/update")),
+        ("75", lambda root: 100 * run_median("groups/zero_variance_frac")(root))]),
     *group(RL, "An eval of the 300 questions took 302.7 s and 230.7 s at steps 20 and 40", RL0, [
         ("302.7", rl0("time/eval", 20)), ("230.7", rl0("time/eval", 40))]),
     *group(RL, "(836.3 s and 531.9 s at", RL0, [
@@ -203,12 +203,14 @@ REAL_LM_FIGURES += [
 README_ = "README.md"
 
 
-def _adapter_mb(root: Path) -> float:
-    return (root / RL0 / "adapter" / "adapter_model.safetensors").stat().st_size / 1e6
+def _adapter_mb(record: str):
+    """The size in MB of a run record's kept fp16 adapter."""
+    adapter = Path(record) / "adapter" / "adapter_model.safetensors"
+    return lambda root: (root / adapter).stat().st_size / 1e6
 
 
 def _eval_over_step(step: int):
-    return lambda root: rl0("time/eval", step)(root) / rl0_median("time/step")(root)
+    return lambda root: rl0("time/eval", step)(root) / run_median("time/step")(root)
 
 
 REAL_LM_FIGURES += [
@@ -234,7 +236,7 @@ def _rl2_eval_over_step(fn):
     def value(root: Path) -> float:
         rows = F.json_lines(root / RL2 / "metrics.jsonl")
         return fn(r["time/eval"] for r in rows if r["step"] > 0 and "eval/mean_at_n" in r) \
-            / rl0_median("time/step", RL2)(root)
+            / run_median("time/step", RL2)(root)
     return value
 
 
@@ -266,8 +268,7 @@ REAL_LM_FIGURES += [
         ("207.7", lambda r: max(x for x in [rl2("time/eval", s)(r) for s in (20, 40, 60, 64)])),
         *_EVAL2]),
     *group(README_, "The run's fp16 adapter (9.8 MB)", RL2, [
-        ("9.8", lambda root: (root / RL2 / "adapter" / "adapter_model.safetensors").stat().st_size
-         / 1e6)]),
+        ("9.8", _adapter_mb(RL2))]),
     *group(README_, "(the first recipe, groups of 4 and an fp32 engine: +8.3)", RL0, [
         ("8.3", lambda root: 100 * (rl0("eval/mean_at_n", 66)(root)
                                     - rl0("eval/mean_at_n", 0)(root)))]),
