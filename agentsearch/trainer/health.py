@@ -18,7 +18,8 @@ passes to ``MetricsLogger.log``) and counts *consecutive* bad steps per check:
   (``train/nonfinite``);
 - ``health/logprob_gap_jumps``: the sampler's logprobs left the trainer's on the same tokens
   (``rollout/logprob_gap`` above ``gap_jump`` times the median of the last healthy steps'
-  gaps, and above ``gap_floor``): the generation engine is not serving the current weights,
+  gaps, above ``gap_tail`` times their largest, and above ``gap_floor``): the generation
+  engine is not serving the current weights,
   the symptom of a weight or adapter sync that silently failed;
 - ``health/alarms``: how many of the checks above are in alarm now.
 
@@ -80,6 +81,11 @@ class HealthMonitor:
         gap_jump, gap_floor: a gap is a jump above ``gap_jump`` x the median of the last
             ``GAP_HISTORY`` healthy gaps and above ``gap_floor`` nats per token (fp32 engines
             agree to ~1e-6; one missed LoRA sync after an lr 1e-4 step moves ~1e-2).
+        gap_tail: ... and above ``gap_tail`` x the largest of those healthy gaps. A bf16
+            engine's per-step gap is heavy-tailed (SmolLM2 run rl-v2-seed0: 1e-4 to 8e-3 over
+            64 steps, median 1.4e-3), so 10x a median of 8 steps alone alarmed twice on
+            rounding (steps 39, 42); a jump must also clear the recent worst. For an fp32
+            engine the largest healthy gap is ~1e-6 and ``gap_floor`` decides.
         gap_first_max: the first gap (no history yet) is a jump only above this: the first
             step's engine holds the weights the trainer starts from, so its gap is the
             engine's own rounding, the level later steps are judged against. A bf16 engine's
@@ -94,12 +100,14 @@ class HealthMonitor:
                  no_signal_steps: int = 5, tool_error_streak: int = 3, drought_steps: int = 10,
                  nonfinite_steps: int = 3, *, tool_error_rate: float = 0.5,
                  replay_kind: str | None = "hdr", gap_steps: int = 1, gap_jump: float = 10.0,
-                 gap_floor: float = 1e-3, gap_first_max: float = 0.2) -> None:
+                 gap_floor: float = 1e-3, gap_tail: float = 2.0,
+                 gap_first_max: float = 0.2) -> None:
         self.thresholds = {"zero_reward": zero_reward_steps, "zero_variance": zero_variance_steps,
                            "no_signal": no_signal_steps, "tool_errors": tool_error_streak,
                            "replay_drought": drought_steps, "nonfinite": nonfinite_steps,
                            "sampler_sync": gap_steps}
         self.gap_jump, self.gap_floor = float(gap_jump), float(gap_floor)
+        self.gap_tail = float(gap_tail)
         self.gap_first_max = float(gap_first_max)
         self.gaps: list[float] = []  # the last healthy steps' logprob gaps
         if any(int(t) < 0 for t in self.thresholds.values()):
@@ -143,7 +151,8 @@ class HealthMonitor:
         if (nf := _get(m, "train/nonfinite")) is not None:
             out["nonfinite"] = (nf > 0, "non-finite loss or gradient, update skipped")
         if (gap := _get(m, "rollout/logprob_gap")) is not None:
-            limit = max(self.gap_floor, self.gap_jump * _median(self.gaps)) if self.gaps \
+            limit = max(self.gap_floor, self.gap_jump * _median(self.gaps),
+                        self.gap_tail * max(self.gaps)) if self.gaps \
                 else max(self.gap_floor, self.gap_first_max)
             jumped = gap > limit
             if not jumped:
