@@ -228,27 +228,32 @@ REAL_LM_FIGURES += [
 RL2 = R + "real_lm/rl-v2-seed0/"
 
 
-def rl2(key: str, step: int):
-    return lambda root: F.run_metric(root / RL2, key, step)
+def rl2(key: str, step: int, record: str = RL2):
+    return lambda root: F.run_metric(root / record, key, step)
 
 
-def _rl2_eval_over_step(fn):
+def _rl2_eval_over_step(fn, record: str = RL2):
     def value(root: Path) -> float:
-        rows = F.json_lines(root / RL2 / "metrics.jsonl")
+        rows = F.json_lines(root / record / "metrics.jsonl")
         return fn(r["time/eval"] for r in rows if r["step"] > 0 and "eval/mean_at_n" in r) \
-            / run_median("time/step", RL2)(root)
+            / run_median("time/step", record)(root)
     return value
 
 
-def _rl2_rows(warm: str, after: str) -> list:
+def _rl2_rows(warm: str, after: str, record: str = RL2) -> list:
+    """(quote, pairs) of a run's two table rows: ``| warm start (24 SFT steps, S s) | EM ...``
+    and ``| after RL (N steps, T s) | EM ...``, every number against its record."""
     keys = ("eval/mean_at_n", "eval/name/mean_at_n", "eval/year/mean_at_n",
             "eval/nationality/mean_at_n")
+    last = int(after.split("(")[1].split()[0])  # the final step, as the row says
+    sft, train = warm.split(", ")[1].split()[0], after.split(", ")[1].split()[0]
     out = []
-    for quote, step, head in ((warm, 0, [("936.1", rl2("time/sft", 0))]),
-                              (after, 64, [("64", rl2("step", 64)),
-                                           ("7,211", rl2("time/train_cumulative", 64))])):
+    for quote, step, head in ((warm, 0, [(sft, rl2("time/sft", 0, record))]),
+                              (after, last, [(str(last), rl2("step", last, record)),
+                                             (train, rl2("time/train_cumulative", last,
+                                                         record))])):
         shown = quote.strip("| ").split(" | ")[1:]
-        out.append((quote, head + [(v, rl2(k, step)) for v, k in zip(shown, keys)]))
+        out.append((quote, head + [(v, rl2(k, step, record)) for v, k in zip(shown, keys)]))
     return out
 
 
@@ -258,10 +263,12 @@ _GAIN2 = [("11.0", lambda root: 100 * (rl2("eval/mean_at_n", 64)(root)
                                        - rl2("eval/mean_at_n", 0)(root)))]
 _EVAL2 = [("1.7", _rl2_eval_over_step(min)), ("1.9", _rl2_eval_over_step(max))]
 REAL_LM_FIGURES += [
-    *[f for page in (README_, RL) for quote, pairs in _rl2_rows(_WARM2, _AFTER2)
-      for f in group(page, quote, RL2, pairs)],
+    *[f for quote, pairs in _rl2_rows(_WARM2, _AFTER2) for f in group(README_, quote, RL2, pairs)],
+    *[f for quote, pairs in _rl2_rows(_WARM2.replace("| warm", "| seed 0: warm"),
+                                      _AFTER2.replace("| after", "| seed 0: after"))
+      for f in group(RL, quote, RL2, pairs)],
     *group(README_, "+11.0 points on seed 0", RL2, _GAIN2),
-    *group(RL, "the second recipe (seed 0): +11.0 points", RL2, _GAIN2),
+    *group(RL, "Seed 0: RL added 11.0 points", RL2, _GAIN2),
     *group(README_, "an eval of 300 questions costs 1.7-1.9 RL steps", RL2, _EVAL2),
     *group(RL, "took\n184.2-207.7 s, 1.7-1.9 median steps", RL2, [
         ("184.2", lambda r: min(x for x in [rl2("time/eval", s)(r) for s in (20, 40, 60, 64)])),
@@ -269,10 +276,37 @@ REAL_LM_FIGURES += [
         *_EVAL2]),
     *group(README_, "The run's fp16 adapter (9.8 MB)", RL2, [
         ("9.8", _adapter_mb(RL2))]),
-    *group(README_, "(the first recipe, groups of 4 and an fp32 engine: +8.3)", RL0, [
+    *group(README_, "the first recipe, groups of 4 and an fp32 engine: +8.3", RL0, [
         ("8.3", lambda root: 100 * (rl0("eval/mean_at_n", 66)(root)
                                     - rl0("eval/mean_at_n", 0)(root)))]),
     *group(RL, "peak RSS (vLLM engine and index\nin process) was 7.01 GB", RL2, [
         ("7.01", lambda root: max(r.get("sys/peak_rss_gb", 0)
                                   for r in F.json_lines(root / RL2 / "metrics.jsonl")))]),
+]
+
+RL2B = R + "real_lm/rl-v2-seed1/"
+_WARM2B = "| seed 1: warm start (24 SFT steps, 856.3 s) | 0.830 | 0.854 | 0.729 | 0.906 |"
+_AFTER2B = "| seed 1: after RL (58 steps, 7,252 s) | 0.910 | 0.919 | 0.886 | 0.906 |"
+_GAIN2B = [("8.0", lambda root: 100 * (rl2("eval/mean_at_n", 58, RL2B)(root)
+                                      - rl2("eval/mean_at_n", 0, RL2B)(root)))]
+REAL_LM_FIGURES += [
+    *[f for quote, pairs in _rl2_rows(_WARM2B, _AFTER2B, RL2B)
+      for f in group(RL, quote, RL2B, pairs)],
+    *group(README_, "but +8.0 on seed 1 (0.830 -> 0.910", RL2B, [
+        *_GAIN2B, ("0.830", rl2("eval/mean_at_n", 0, RL2B)),
+        ("0.910", rl2("eval/mean_at_n", 58, RL2B))]),
+    *group(RL, "and +8.0 on seed 1: the target", RL2B, _GAIN2B),
+    *group(RL, "Seed 1 fell short: RL added 8.0 points (dev EM 0.873 at step 20, 0.897", RL2B, [
+        *_GAIN2B, ("0.873", rl2("eval/mean_at_n", 20, RL2B)),
+        ("0.897", rl2("eval/mean_at_n", 40, RL2B))]),
+    *group(RL, "median 125.2 s against seed 0's 108.8 s: 58 steps", (RL2B, RL2), [
+        ("125.2", run_median("time/step", RL2B)), ("108.8", run_median("time/step", RL2)),
+        ("58", rl2("step", 58, RL2B))]),
+    *group(RL, "An eval took 206.5-223.2 s, again 1.6-1.8 median steps", RL2B, [
+        ("206.5", lambda r: min(rl2("time/eval", s, RL2B)(r) for s in (20, 40, 58))),
+        ("223.2", lambda r: max(rl2("time/eval", s, RL2B)(r) for s in (20, 40, 58))),
+        ("1.6", _rl2_eval_over_step(min, RL2B)), ("1.8", _rl2_eval_over_step(max, RL2B))]),
+    *group(RL, "Peak RSS 6.92 GB; no sampler-sync alarm", RL2B, [
+        ("6.92", lambda root: max(r.get("sys/peak_rss_gb", 0)
+                                  for r in F.json_lines(root / RL2B / "metrics.jsonl")))]),
 ]
