@@ -291,5 +291,6 @@ def main(a) -> int:
         except OutageError as e:  # a retriever or grader down past the budget: no score at all
             print(json.dumps({"eval/invalid": 1.0, "reason": str(e)}, indent=1))
             raise  # exit code 3
+        res["time/eval"] = time.perf_counter() - t0  # the episodes, not the engine's start
     print(json.dumps(res, indent=1))
     return 0
