@@ -42,6 +42,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from agentsearch.core.provenance import (  # noqa: E402
+    ALLOW_DIRTY_HELP,
+    require_clean,
+    stamp_run,
+)
 from agentsearch.rollout.backends import Generation, SamplingParams  # noqa: E402
 
 WARM_START = ROOT / "docs" / "results" / "real_lm" / "rl-v2-seed0" / "warm_start"
@@ -159,6 +164,7 @@ def check(a) -> int:
 
     import agentsearch
 
+    prov = require_clean("bench_vs_trl", a.allow_dirty)
     env = agentsearch.make_env(ENV_ID, **{**ENV_KWARGS, "split": a.split})
     tasks = env.tasks[a.offset:a.offset + a.prompts]
     rows = task_rows(env, tasks)
@@ -170,7 +176,7 @@ def check(a) -> int:
     prompt_ids, completion_ids, tool_mask = batch[0], batch[1], batch[2]
     with_tool = [i for i, m in enumerate(tool_mask or []) if 0 in m]
     result = {"bench": "vs_trl_check", "trl_step_s": round(seconds, 1),
-              "rollouts": len(prompt_ids), "with_tool_call": len(with_tool)}
+              "rollouts": len(prompt_ids), "with_tool_call": len(with_tool), "provenance": prov}
     if not with_tool:
         result["diffs"] = [{"what": "no TRL rollout made a tool call: nothing to compare"}]
     else:
@@ -243,6 +249,7 @@ def run(a) -> int:
     from agentsearch.recipes.runner import run_finished, train_run
     from agentsearch.trainer.setup import TaskSampler
 
+    require_clean("bench_vs_trl", a.allow_dirty)
     for seed in a.seeds:
         for arm in a.arms:
             if (a.out / "HOLD").exists():
@@ -261,6 +268,7 @@ def run(a) -> int:
             tasks = [t for _ in range(SETTINGS["max_steps"])
                      for t in sampler.sample(SETTINGS["prompts"])]
             model, tok = policy(WARM_START)
+            stamp_run(folder)  # provenance.json, as agentsearch's runs have
             run_trl(folder, SETTINGS, task_rows(env, tasks), model, tok, seed=seed,
                     evaluate=trl_evaluate(tok, folder, seed, folder / "eval.log"),
                     env_id=ENV_ID, env_kwargs=ENV_KWARGS,
@@ -321,12 +329,14 @@ def main() -> int:
     c.add_argument("--max-completion", type=int,
                    default=SETTINGS["max_seq_len"] - SETTINGS["prompt_allowance"])
     c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
     r = sub.add_parser("run", help="the timing runs (resumable)")
     r.add_argument("--arms", nargs="+", default=["trl", "ours-hf", "ours-best"],
                    choices=["trl", *OURS])
     r.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     r.add_argument("--latency", action="store_true")
     r.add_argument("--out", type=Path, default=OUT)
+    r.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
     m = sub.add_parser("summary", help="time to target per arm, one JSON line each")
     m.add_argument("--out", type=Path, default=OUT)
     a = ap.parse_args()

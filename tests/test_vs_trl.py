@@ -80,7 +80,8 @@ def test_trl_and_agentsearch_see_the_same_tokens_and_masks():
     """One real TRL GRPOTrainer step (1 prompt x 2, the kept warm start, LoRA) and agentsearch's
     rollout of TRL's sampled turns: the same first-prompt ids, conversation ids and loss mask."""
     pytest.importorskip("trl")
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_vs_trl.py"), "check"],
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_vs_trl.py"), "check",
+                          "--allow-dirty"],
                          capture_output=True, text=True, timeout=900, cwd=ROOT)
     line = json.loads(out.stdout.strip().splitlines()[-1])
     assert out.returncode == 0 and line["diffs"] == [], (line, out.stderr[-2000:])
