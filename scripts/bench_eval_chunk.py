@@ -30,15 +30,14 @@ from agentsearch.core.provenance import (  # noqa: E402
     emit_records,
     require_clean,
 )
-from agentsearch.recipes.runner import agentsearch_cli  # noqa: E402
+from agentsearch.recipes.runner import agentsearch_eval  # noqa: E402
 
 RUN = ROOT / "docs" / "results" / "real_lm" / "rl-v2-seed0"
 
 
 def eval_once(run: Path, chunk: int, limit: int) -> dict:
-    text = agentsearch_cli("eval", "--run", str(run), "--split", "dev", "--limit", str(limit),
+    res = agentsearch_eval("--run", str(run), "--split", "dev", "--limit", str(limit),
                            f"eval.chunk={chunk}", "threads=2", threads=2)
-    res = json.loads(text[text.index("{"):])
     return {"seconds": res["time/eval"], "dev_em": res["eval/mean_at_n"]}
 
 

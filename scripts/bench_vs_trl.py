@@ -226,17 +226,16 @@ def trl_evaluate(tok, folder: Path, seed: int, log: Path):
 
     from trl_peer import save_merged
 
-    from agentsearch.recipes.runner import agentsearch_cli
+    from agentsearch.recipes.runner import agentsearch_eval
 
     def evaluate(model, step: int) -> dict:
         path = save_merged(model, tok, folder / f"policy-step{step}")
-        text = agentsearch_cli("eval", "--preset", "smollm2-search", "--split", "dev",
+        res = agentsearch_eval("--preset", "smollm2-search", "--split", "dev",
                                "--limit", str(SETTINGS["eval_limit"]),
                                *ours_overrides(seed, False), f"init_from={path}",
                                "generation.backend=vllm", "generation.vllm_dtype=float32",
                                "threads=2", threads=2, log=log)
         shutil.rmtree(path)
-        res = json.loads(text[text.index("{"):])
         return {k: v for k, v in res.items() if k.startswith("eval/")}
 
     return evaluate

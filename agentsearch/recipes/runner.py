@@ -25,8 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-__all__ = ["subprocess_env", "agentsearch_cli", "run_finished", "train_command", "train_run",
-           "run_parallel", "RunFailed", "ARCHIVED"]
+__all__ = ["subprocess_env", "agentsearch_cli", "agentsearch_eval", "run_finished",
+           "train_command", "train_run", "run_parallel", "RunFailed", "ARCHIVED"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -85,6 +85,14 @@ def agentsearch_cli(*args: str, threads: int = 1, log: Path | None = None) -> st
 
 ARCHIVED = "archived.json"
 """The marker of a run folder restored from a results archive: its records, no weights."""
+
+
+def agentsearch_eval(*args: str, threads: int = 1, log: Path | None = None) -> dict:
+    """``agentsearch eval ARGS`` in a subprocess (``agentsearch_cli``); its JSON result."""
+    import json
+
+    text = agentsearch_cli("eval", *args, threads=threads, log=log)
+    return json.loads(text[text.index("{"):])
 
 
 def run_finished(run: Path) -> bool:

@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from agentsearch.recipes.runner import agentsearch_cli, train_run  # noqa: E402
+from agentsearch.recipes.runner import agentsearch_eval, train_run  # noqa: E402
 
 SETS = {  # name -> eval arguments (split, limit, overrides)
     "people": (["--split", "people", "--limit", "0"], []),
@@ -64,10 +64,9 @@ def finals(a) -> None:
             key = f"{policy}/{name}"
             if key in done:
                 continue
-            text = agentsearch_cli("eval", "--preset", str(a.run / "config.yaml"), *args,
-                                   f"init_from={a.run / policy}", *overrides, "threads=2",
-                                   threads=2, log=a.run / "finals.log")
-            done[key] = json.loads(text[text.index("{"):])
+            done[key] = agentsearch_eval("--preset", str(a.run / "config.yaml"), *args,
+                                         f"init_from={a.run / policy}", *overrides, "threads=2",
+                                         threads=2, log=a.run / "finals.log")
             out.write_text(json.dumps(done, indent=1) + "\n")
             print(f"[real_lm] {key}: {done[key]['eval/mean_at_n']:.3f}", flush=True)
 
