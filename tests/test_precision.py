@@ -42,3 +42,26 @@ def test_gradient_checkpointing_gives_the_same_gradients():
                                 if p.grad is not None]))
         assert model.is_gradient_checkpointing == gc
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
+
+
+def test_merged_sync_of_a_bf16_base_rounds_once():
+    """vLLM's merged weights under a bf16 base are bf16(W + delta), the sum taken in fp32: a
+    delta cast to bf16 before the sum would be rounded twice."""
+    from agentsearch.rollout.vllm import merged_state
+
+    cfg = apply_overrides(TrainConfig, "tiny", BASE + ["dtype=bfloat16", "lora.enabled=true"])
+    model, _ = build_policy(cfg)
+    assert {p.dtype for p in model.parameters() if p.requires_grad} == {torch.float32}
+    with torch.no_grad():  # an adapter that has trained: a nonzero delta
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn_like(p) * 0.01)
+    name, layer = next((n, m) for n, m in model.named_modules()
+                       if hasattr(m, "lora_A") and m.lora_A)
+    base = layer.get_base_layer().weight
+    delta = layer.get_delta_weight(layer.active_adapters[0])
+    key = name.replace("base_model.model.", "") + ".weight"
+    got = merged_state(model)[key]
+    assert got.dtype == torch.bfloat16 and base.dtype == torch.bfloat16
+    assert torch.equal(got, (base.float() + delta.float()).to(torch.bfloat16))
+    assert not torch.equal(got, base)

@@ -73,7 +73,9 @@ LORA_SYNCS = ("adapter", "merged")
 def merged_state(model) -> dict:
     """A peft LoRA model's weights as the plain model's state dict, each adapted layer's
     weight replaced by ``W + delta`` (peft's ``get_delta_weight``); the model is not changed
-    (no merge and unmerge, which would leave rounding in the trainer's weights)."""
+    (no merge and unmerge, which would leave rounding in the trainer's weights). Under a bf16
+    base (``dtype=bfloat16``) the sum is taken in fp32 and rounded once: a delta cast to bf16
+    first would be rounded twice."""
     import torch
     from peft.tuners.lora import LoraLayer
 
@@ -84,11 +86,12 @@ def merged_state(model) -> dict:
             if not isinstance(module, LoraLayer) or not module.active_adapters:
                 continue
             key = name.replace("base_model.model.", "") + ".weight"
-            weight = module.get_base_layer().weight
+            base = module.get_base_layer().weight
+            weight = base.float()  # W + delta summed in fp32, rounded once to the base's dtype
             for adapter in module.active_adapters:
                 if adapter in module.lora_A:
-                    weight = weight + module.get_delta_weight(adapter).to(weight.dtype)
-            state[key] = weight.detach()
+                    weight = weight + module.get_delta_weight(adapter).float()
+            state[key] = weight.to(base.dtype).detach()
     return state
 
 
