@@ -78,6 +78,14 @@ def test_kl_reference_with_lora_is_the_warm_started_adapter(tmp_path):
     assert warm.keys() == ref.keys()
     assert all(torch.allclose(warm[k].float(), ref[k], atol=1e-3, rtol=1e-3) for k in warm)
 
+    # RL from that kept warm start (init_from=warm_start, no SFT): the same adapter trains on
+    # and is kept again as the run's warm start
+    again = tmp_path / "again"
+    train(_cfg("sft.steps=0", "lora.enabled=true", "lora.r=4", "lora.alpha=8",
+               f"init_from={tmp_path / 'warm_start'}"), again, quiet=True)
+    kept = load_file(str(again / "warm_start" / "adapter_model.safetensors"))
+    assert kept.keys() == warm.keys() and all(torch.equal(kept[k], warm[k]) for k in warm)
+
 
 def test_metrics_sinks_get_the_config_as_nested_sections(warm_kl_run):
     _, _, config = warm_kl_run

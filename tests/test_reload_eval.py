@@ -123,3 +123,31 @@ def test_a_chunked_greedy_eval_equals_the_eval_of_all_at_once():
     assert chunked == whole and whole["eval/questions"] == 20
     assert {t for _, t in seen} == {20} and max(d for d, _ in seen) == 20
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)  # never counts back
+
+
+def test_a_saved_adapter_as_init_from_under_lora_trains_on_as_itself(tmp_path):
+    """``init_from=ADAPTER`` with ``lora.enabled=true`` (RL from a kept warm start): the saved
+    adapter is the one that trains (fp32, trainable), so the adapter saved at the end holds
+    the warm start's steps and RL's; one of another shape is refused with a way out."""
+    import torch
+
+    from agentsearch.core.config import ConfigError
+    from agentsearch.models.lora import save_adapter
+    from agentsearch.trainer.setup import build_policy
+
+    lora = SMALL + ["lora.enabled=true", "lora.r=4"]
+    model, _ = build_policy(apply_overrides(TrainConfig, "tiny", lora))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    save_adapter(model, tmp_path / "warm")
+    warm = [f"init_from={tmp_path / 'warm'}"]
+    again, _ = build_policy(apply_overrides(TrainConfig, "tiny", lora + warm))
+    want = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    got = {n: p for n, p in again.named_parameters() if p.requires_grad}
+    assert sorted(got) == sorted(want) and all(p.dtype == torch.float32 for p in got.values())
+    assert all(torch.allclose(got[n], want[n].half().float()) for n in want)
+    with pytest.raises(ConfigError, match="lora.enabled=false"):
+        build_policy(apply_overrides(TrainConfig, "tiny", SMALL + [
+            "lora.enabled=true", "lora.r=8", f"init_from={tmp_path / 'warm'}"]))

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import torch
 
 __all__ = ["apply_lora", "frozen_reference", "reference_policy", "count_parameters",
-           "REFERENCE_ADAPTER", "save_adapter", "is_adapter", "merge_adapter"]
+           "REFERENCE_ADAPTER", "save_adapter", "is_adapter", "merge_adapter", "continue_adapter"]
 
 REFERENCE_ADAPTER = "reference"
 
@@ -116,6 +116,30 @@ def merge_adapter(model, folder):
     from peft import PeftModel
 
     return PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
+
+
+def continue_adapter(model, folder, settings):
+    """``model`` (the base) wrapped with the adapter saved in ``folder``, trainable and in fp32
+    (peft upcasts a saved fp16 adapter), so training goes on from it and the adapter saved at
+    the end holds both (a warm start's and RL's steps). Its rank, alpha and targets must be
+    ``settings``' (a ``LoraSettings``): another shape would not be the adapter the config says."""
+    import json
+    from pathlib import Path
+
+    from peft import PeftModel
+
+    saved = json.loads((Path(folder) / "adapter_config.json").read_text())
+    want = {"r": settings.r, "lora_alpha": settings.alpha}
+    got = {k: saved.get(k) for k in want}
+    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    targets = set(settings.target_modules) & present
+    if got != want or set(saved.get("target_modules") or []) != targets:
+        raise ValueError(f"the adapter in {folder} (r={got['r']}, alpha={got['lora_alpha']}, "
+                         f"targets {sorted(saved.get('target_modules') or [])}) is not the one "
+                         f"lora.* describes (r={settings.r}, alpha={settings.alpha}, targets "
+                         f"{sorted(targets)}): set lora.* to match, "
+                         "or lora.enabled=false to train its merged weights")
+    return PeftModel.from_pretrained(model, str(folder), is_trainable=True)
 
 
 def count_parameters(model) -> tuple[int, int]:

@@ -52,6 +52,7 @@ from agentsearch.models.logprobs import make_score_fn, token_logprobs
 from agentsearch.models.lora import (
     count_parameters,
     frozen_reference,
+    is_adapter,
     reference_policy,
     save_adapter,
 )
@@ -147,10 +148,10 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
         t0 = time.perf_counter()
         sft_metrics = warm_start(cfg, model, tok, envs, make_envs=build_envs)
         sft_metrics["time/sft"] = time.perf_counter() - t0
-        if hasattr(model, "peft_config"):  # the warm-started policy, for evals on other questions
-            save_adapter(model, run_dir / "warm_start")
         log.info("warm start: %s",
                  ", ".join(f"{k.split('/')[-1]} {v:.4g}" for k, v in sft_metrics.items()))
+    if step == 0 and hasattr(model, "peft_config") and (sft_metrics or is_adapter(cfg.init_from)):
+        save_adapter(model, run_dir / "warm_start")  # the policy RL starts from, for later evals
     # the KL reference is the policy RL starts from, after the warm start; saved once, so a
     # resumed run reads the same one
     if step == 0 and cfg.kl_coef > 0:

@@ -17,7 +17,7 @@ from agentsearch.core.config import ConfigError
 from agentsearch.envs.registration import make_env
 from agentsearch.envs.tools.latency import LatencyTool, ToolService
 from agentsearch.envs.tools.retrieval import preflight
-from agentsearch.models.lora import apply_lora, is_adapter, merge_adapter
+from agentsearch.models.lora import apply_lora, continue_adapter, is_adapter, merge_adapter
 from agentsearch.trainer.train_config import TrainConfig
 
 __all__ = ["resolve_device", "build_policy", "build_backend", "build_envs",
@@ -50,8 +50,13 @@ def build_policy(cfg: TrainConfig):
     device, dtype = resolve_device(cfg)
     if cfg.init_from and not Path(cfg.init_from).exists():
         raise ConfigError(f"init_from={cfg.init_from!r} does not exist")
-    if is_adapter(cfg.init_from):  # a saved LoRA adapter: `model` with it merged in
+    if is_adapter(cfg.init_from):  # a saved LoRA adapter: trained on (lora) or merged in
         model, tok = load_model(cfg.model, dtype=dtype, device=str(device), seed=cfg.seed)
+        if cfg.lora.enabled:  # e.g. RL from a kept warm start: the final adapter holds both
+            try:
+                return _finish_policy(cfg, continue_adapter(model, cfg.init_from, cfg.lora), tok)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         return _finish_policy(cfg, merge_adapter(model, cfg.init_from), tok)
     source = cfg.init_from or cfg.model
     if is_vlm_source(source):  # a vision-language model: its tokenizer expands <image>
@@ -108,7 +113,8 @@ def _tokenizer(source: str):
 
 
 def _finish_policy(cfg: TrainConfig, model, tok):
-    model = apply_lora(model, cfg.lora)
+    if not hasattr(model, "peft_config"):  # a continued adapter is already in place
+        model = apply_lora(model, cfg.lora)
     if cfg.lora.enabled and hasattr(model, "enable_input_require_grads"):
         model.enable_input_require_grads()
     if cfg.gradient_checkpointing:
