@@ -15,7 +15,8 @@ reports its own peak RSS:
   ``logprob_gap``: the mean |sampler logprob - trainer (fp32) logprob| over the sampled tokens,
   what ``rollout/logprob_gap`` logs in training.
 - ``update_*``: a LoRA forward+backward over the transcripts' tokens, padded batches of 8
-  rows vs one unpadded row at a time (``micro_batch_size=1``); ``bare_fp32``: a forward+
+  rows vs one unpadded row at a time (``micro_batch_size=1``), the latter also with the base
+  weights in bf16 (``update_packed_bf16``: ``dtype=bfloat16``); ``bare_fp32``: a forward+
   backward of the plain model, every weight trained, one row at a time: the machine's limit
   for this work. ``logprobs``: the no-grad scoring pass, one row at a time.
 
@@ -43,7 +44,7 @@ from agentsearch.core.provenance import (  # noqa: E402
 
 PARTS = ("gen_hf", "gen_vllm_adapter", "gen_vllm_merged", "gen_vllm_merged_pc",
          "gen_vllm_merged_pc_bf16",
-         "update_padded8", "update_packed", "bare_fp32", "logprobs")
+         "update_padded8", "update_packed", "update_packed_bf16", "bare_fp32", "logprobs")
 
 
 RATIOS = {  # name -> (part, reference part): tokens/s over tokens/s, measured in one run
@@ -54,10 +55,11 @@ RATIOS = {  # name -> (part, reference part): tokens/s over tokens/s, measured i
     "gen_bf16_over_fp32": ("gen_vllm_merged_pc_bf16", "gen_vllm_merged_pc"),
     "update_packed_over_bare_fp32": ("update_packed", "bare_fp32"),
     "update_packed_over_padded8": ("update_packed", "update_padded8"),
+    "update_bf16_over_fp32": ("update_packed_bf16", "update_packed"),
 }
 
 
-def _setup(episodes: int):
+def _setup(episodes: int, overrides: list[str]):
     import torch
 
     from agentsearch.core.config import apply_overrides
@@ -67,7 +69,7 @@ def _setup(episodes: int):
 
     torch.set_num_threads(2)
     torch.manual_seed(0)
-    cfg = apply_overrides(TrainConfig, "smollm2-search", [])
+    cfg = apply_overrides(TrainConfig, "smollm2-search", overrides)
     model, tok = build_policy(cfg)
     eps = oracle_episodes(build_envs(cfg, episodes), tok, count=episodes, turn_format="json",
                           world="wiki", max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len)
@@ -149,7 +151,10 @@ def _train_pass(part: str, cfg, model, tok, eps) -> dict:
 
 
 def child(part: str, episodes: int) -> dict:
-    cfg, model, tok, eps = _setup(episodes)
+    # update_packed_bf16: the trainer's base weights in bf16 (``dtype=bfloat16``; the adapter
+    # and its gradients stay fp32)
+    cfg, model, tok, eps = _setup(episodes, ["dtype=bfloat16"] if part.startswith("update_")
+                                  and part.endswith("_bf16") else [])
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     out = (_generate if part.startswith("gen_") else _train_pass)(part, cfg, model, tok, eps)
     out["tokens_per_s"] = out["tokens"] / out["seconds"]

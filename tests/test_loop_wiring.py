@@ -137,3 +137,21 @@ def test_resume_restores_the_checkpoint_rngs_after_everything_that_reseeds(tmp_p
     train(_cfg("steps=2"), tmp_path, resume=True, quiet=True)
     assert [r["step"] for r in _records(tmp_path)] == [0, 1, 2]
     assert _same_rng(seen[0], saved)
+
+
+def test_query_recycling_puts_each_zero_variance_task_back_in_the_order(tmp_path):
+    """``replay=recycle``: every step's zero-variance groups (rewards all equal) are counted
+    and their tasks go back into the sampler's order (here 100 steps ahead: past the epoch's
+    end, so none is drawn again within the run and the order grows by exactly their count)."""
+    from agentsearch.trainer.setup import build_envs
+
+    cfg = _cfg("replay=recycle", "steps=3", "prompts_per_step=4", "replay.recycle_after=100")
+    train(cfg, tmp_path, quiet=True)
+    recs = _records(tmp_path)[1:]
+    zero = [round(r["groups/zero_variance_frac"] * 4) for r in recs]
+    assert [r["replay/recycled"] for r in recs] == zero and sum(zero) > 0
+    assert recs[-1]["replay/recycled_total"] == sum(zero) and recs[-1]["health/alarms"] == 0
+    trainer = torch.load(tmp_path / "checkpoints" / "step-000003" / "trainer.pt",
+                         weights_only=False)
+    tasks = len(build_envs(cfg, 1)[0].tasks)
+    assert len(trainer["state"]["sampler"]["order"]) == tasks - 12 + sum(zero)

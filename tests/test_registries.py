@@ -32,7 +32,8 @@ from agentsearch.replay import (
 from agentsearch.trainer.setup import build_replay
 from agentsearch.trainer.train_config import TrainConfig
 
-BUILTIN_REPLAY = ["none", "hdr", "naive", "recency", "headroom_only", "drift_only"]
+BUILTIN_REPLAY = ["none", "hdr", "naive", "recency", "headroom_only", "drift_only", "per",
+                  "fresh_per"]
 
 
 # ------------------------------------------------------------------------------ replay
@@ -74,7 +75,8 @@ def my_kind():
 def test_registered_replay_kind_is_reachable_from_config(my_kind):
     from agentsearch.replay.strategies import BUILTIN_KINDS
 
-    assert replay_kinds() == list(BUILTIN_KINDS) + ["success_only", "my_kind"]  # built-ins first
+    # built-ins first
+    assert replay_kinds() == list(BUILTIN_KINDS) + ["success_only", "recycle", "my_kind"]
     for overrides in (["replay.kind=my_kind"], ["replay=my_kind", "replay.k_rep=3"]):
         cfg = apply_overrides(TrainConfig, "tiny", overrides + ["seed=5"])
         assert cfg.replay.kind == "my_kind"
@@ -88,7 +90,10 @@ def test_registered_replay_kind_is_reachable_from_config(my_kind):
 def test_builtin_replay_kinds_go_through_the_same_registry():
     from agentsearch.replay import strategies
 
-    assert sorted(strategies._REGISTRY.names()) == sorted(BUILTIN_REPLAY + ["success_only"])
+    assert sorted(strategies._REGISTRY.names()) == sorted(BUILTIN_REPLAY
+                                                          + ["success_only", "recycle"])
+    assert isinstance(build_replay(apply_overrides(TrainConfig, "tiny", ["replay=recycle"])),
+                      strategies.QueryRecycling)
     for kind in BUILTIN_REPLAY + ["success_only"]:
         cfg = apply_overrides(TrainConfig, "tiny", [f"replay={kind}"])
         buf = build_replay(cfg)

@@ -189,7 +189,8 @@ def test_baselines_share_the_core_and_differ_in_order_and_gate():
     assert none.add([group("x")], 0) == 0 and len(none) == 0
     assert none.select(None, 1).accepted == []
     assert sorted(replay_kinds()) == sorted(["none", "naive", "recency", "headroom_only",
-                                             "drift_only", "hdr", "success_only"])
+                                             "drift_only", "hdr", "success_only", "per",
+                                             "fresh_per", "recycle"])
 
 
 def test_make_replay_errors_name_the_fix():

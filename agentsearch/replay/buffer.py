@@ -33,7 +33,13 @@ kind               order        gate   scoring
 ``drift_only``     random       yes    every scanned chunk
 ``naive``          random       no     none: k_rep groups uniformly, no forward pass
 ``recency``        recency      no     none: the newest k_rep groups
+``per``            priority     no     none: k_rep groups drawn by (mean |A|)^alpha
+``fresh_per``      priority     no     none: ... x exp(-age / age_tau) (FreshPER)
 =================  ===========  =====  ==============================================
+
+``priority`` draws without replacement, each draw in proportion to ``scores.per_priority``
+(prioritized replay over groups, the priority a group's mean |advantage|; FreshPER,
+arXiv 2604.16918, discounts it by age).
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from agentsearch.replay.scores import (
     headroom,
     headroom_batched,
     pad_stack,
+    per_priority,
     policy_drift_batched,
 )
 from agentsearch.replay.stats import ReplayStats, ScanRecord, selection_metrics
@@ -67,7 +74,7 @@ ScoreFn = Callable[[list[ReplayGroup]], Sequence[Tensor]]
 """Current-policy logprobs of each group's stored tokens: ``[n, T]`` per group, aligned
 with ``token_ids`` (see ``agentsearch.models.logprobs.make_score_fn``)."""
 
-ORDERS = ("headroom", "random", "recency")
+ORDERS = ("headroom", "random", "recency", "priority")
 STATE_FORMAT = "agentsearch.replay.buffer/1"
 
 
@@ -102,10 +109,13 @@ class HeadroomDriftBuffer:
         success_threshold: a response without ``answer_correct`` succeeds iff its reward is
             greater than this.
         order: ``"headroom"`` (cached headroom, descending; ties: oldest first),
-            ``"random"`` (seeded permutation each step) or ``"recency"`` (newest first).
+            ``"random"`` (seeded permutation each step), ``"recency"`` (newest first) or
+            ``"priority"`` (seeded draws by ``per_priority``: PER / FreshPER).
         gate: apply the drift gate. With ``gate=False`` and an order other than
             ``"headroom"``, nothing is scored and ``score_fn`` is never called.
-        seed: seed of the random order.
+        seed: seed of the random and priority orders.
+        per_alpha: the priority order's exponent on mean |A| (PER's alpha; 0: uniform).
+        age_tau: the priority order's freshness time constant in steps (inf: plain PER).
         drought_steps: warn (and set ``replay/ingress_drought``) after this many
             consecutive ``add`` calls that admitted nothing; 0 disables.
         name: label for logs.
@@ -114,7 +124,8 @@ class HeadroomDriftBuffer:
     def __init__(self, capacity: int, k_rep: int, tau: float, scan_chunk: int = 16,
                  headroom_weighting: str = "sign", drift_kind: str = "l2",
                  success_threshold: float = 0.0, *, order: str = "headroom", gate: bool = True,
-                 seed: int = 0, drought_steps: int = 20, name: str = "hdr") -> None:
+                 seed: int = 0, drought_steps: int = 20, name: str = "hdr",
+                 per_alpha: float = 0.6, age_tau: float = math.inf) -> None:
         if capacity < 0 or k_rep < 0:
             raise ValueError(f"capacity and k_rep must be >= 0, got {capacity}, {k_rep}")
         if scan_chunk < 1:
@@ -128,6 +139,9 @@ class HeadroomDriftBuffer:
             raise ValueError(f"drift_kind must be one of {DRIFT_KINDS}, got {drift_kind!r}")
         if order not in ORDERS:
             raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+        if not per_alpha >= 0 or not age_tau > 0:
+            raise ValueError(f"per_alpha must be >= 0 and age_tau > 0, got {per_alpha}, {age_tau}")
+        self.per_alpha, self.age_tau = float(per_alpha), float(age_tau)
         self.capacity, self.k_rep, self.tau = int(capacity), int(k_rep), float(tau)
         self.scan_chunk = int(scan_chunk)
         self.headroom_weighting, self.drift_kind = headroom_weighting, drift_kind
@@ -224,7 +238,7 @@ class HeadroomDriftBuffer:
         scanned = calls = 0
         budget = self.k_rep + max(int(extra), 0)
         if budget > 0 and pool:
-            order = self._scan_order(pool)
+            order = self._scan_order(pool, int(step))
             if not self.scores_groups:
                 accepted = [self._groups[i] for i in order[:budget]]
                 scanned = len(accepted)
@@ -255,7 +269,7 @@ class HeadroomDriftBuffer:
         stats.update(self.metrics())
         return Selection(accepted=accepted, scanned=scanned, stats=stats, records=records)
 
-    def _scan_order(self, pool: list[int]) -> list[int]:
+    def _scan_order(self, pool: list[int], step: int) -> list[int]:
         if self.order == "headroom":
             # stable sort: ties keep FIFO order (oldest first); a NaN cache sorts last
             def key(i: int) -> float:
@@ -265,6 +279,13 @@ class HeadroomDriftBuffer:
         if self.order == "random":
             perm = torch.randperm(len(pool), generator=self._rng).tolist()
             return [pool[j] for j in perm]
+        if self.order == "priority":  # draws without replacement, by PER / FreshPER weight
+            groups = [self._groups[i] for i in pool]
+            w = per_priority(torch.tensor([float(g.advantages.abs().mean()) for g in groups]),
+                             torch.tensor([float(step - g.born_step) for g in groups]),
+                             self.per_alpha, self.age_tau)                       # [len(pool)]
+            draws = torch.multinomial(w, len(pool), replacement=False, generator=self._rng)
+            return [pool[j] for j in draws.tolist()]
         return pool[::-1]  # recency: newest first
 
     def _score_chunk(self, chunk: list[ReplayGroup], score_fn: ScoreFn) -> list[ScanRecord]:
@@ -299,7 +320,8 @@ class HeadroomDriftBuffer:
         return {"capacity": self.capacity, "k_rep": self.k_rep, "tau": self.tau,
                 "scan_chunk": self.scan_chunk, "headroom_weighting": self.headroom_weighting,
                 "drift_kind": self.drift_kind, "success_threshold": self.success_threshold,
-                "order": self.order, "gate": self.gate, "seed": self.seed, "name": self.name}
+                "order": self.order, "gate": self.gate, "seed": self.seed, "name": self.name,
+                "per_alpha": self.per_alpha, "age_tau": self.age_tau}
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume exactly: groups, their mutable fields, steps, RNG, stats.

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["headroom", "policy_drift", "headroom_batched", "policy_drift_batched",
-           "token_headroom", "pad_stack", "HEADROOM_WEIGHTINGS", "DRIFT_KINDS"]
+           "token_headroom", "pad_stack", "per_priority", "HEADROOM_WEIGHTINGS", "DRIFT_KINDS"]
 
 HEADROOM_WEIGHTINGS = ("sign", "advantage")
 DRIFT_KINDS = ("l2", "l1")
@@ -109,6 +109,24 @@ def policy_drift(logprobs: Tensor, gen_logprobs: Tensor, mask: Tensor, kind: str
         kind: ``"l2"`` (mean d**2, no square root) or ``"l1"`` (|mean d|).
     """
     return policy_drift_batched(logprobs[None], gen_logprobs[None], mask[None], kind)[0]
+
+
+def per_priority(abs_advantage: Tensor, age: Tensor, alpha: float, age_tau: float,
+                 eps: float = 1e-6) -> Tensor:
+    """FreshPER's sampling weight of each stored group (arXiv 2604.16918): the prioritized-
+    replay priority (mean |A| over the group's responses, + ``eps``) ** ``alpha``, times the
+    freshness exp(-age / ``age_tau``); ``age_tau=inf`` is plain PER. Unnormalized.
+
+    Args:
+        abs_advantage: [G] each group's mean |advantage| over its responses.
+        age: [G] steps since each group was generated.
+    Returns:
+        [G] weights, > 0 (a zero would never be drawn; underflow at great age is floored).
+    """
+    prio = (_float(abs_advantage) + eps) ** alpha                  # [G]
+    if age_tau == float("inf"):
+        return prio
+    return prio * torch.exp(-_float(age) / age_tau).clamp_min(1e-30)   # [G]
 
 
 def pad_stack(tensors: Sequence[Tensor], value: float | bool = 0) -> Tensor:

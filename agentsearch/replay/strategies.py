@@ -15,7 +15,14 @@ every line of ingress, eviction, scanning, statistics and checkpointing:
 - ``success_only``: ``naive``'s choice (k_rep groups uniformly, no gate, no scoring), but
   only the groups' *successful* responses are replayed, with their stored (positive)
   advantages: success-only replay in the manner of RLEP (arXiv 2507.07451) and
-  self-imitation; the failed responses stay in the buffer, unused.
+  self-imitation; the failed responses stay in the buffer, unused;
+- ``per``: prioritized replay over groups: k_rep groups drawn without replacement in
+  proportion to (mean |A|)^``per_alpha``, no gate, no scoring;
+- ``fresh_per``: FreshPER (arXiv 2604.16918): ``per``'s draw with each priority discounted
+  by exp(-age / ``age_tau``) (age in steps since the group was generated);
+- ``recycle``: query recycling (arXiv 2606.10709): nothing is stored or replayed; the tasks
+  whose group had zero reward variance go back into the prompt order, to be drawn again
+  ``recycle_after`` steps later (``recycled()``, which the trainer hands to its sampler).
 
 Example::
 
@@ -76,6 +83,8 @@ BUILTIN_KINDS: dict[str, tuple[str, bool]] = {
     "headroom_only": ("headroom", False),
     "drift_only": ("random", True),
     "hdr": ("headroom", True),
+    "per": ("priority", False),
+    "fresh_per": ("priority", False),
 }
 
 _REGISTRY: Registry[Callable[..., ReplayStrategy]] = Registry(
@@ -89,9 +98,10 @@ def register_replay(name: str, factory: Callable[..., ReplayStrategy] | None = N
     decorator, ``@register_replay("mine")``; returns the factory.
 
     The trainer (``build_replay``) passes ``capacity``, ``k_rep``, ``tau``, ``scan_chunk``,
-    ``headroom_weighting``, ``drift_kind``, ``success_threshold`` and ``seed``, so a factory
-    should take ``**kwargs``. Built-in names are reserved; registering a taken name again
-    needs ``overwrite=True``. ``unregister_replay(name)`` removes it.
+    ``headroom_weighting``, ``drift_kind``, ``success_threshold``, ``per_alpha``, ``age_tau``,
+    ``recycle_after`` and ``seed``, so a factory should take ``**kwargs``. Built-in names are
+    reserved; registering a taken name again needs ``overwrite=True``.
+    ``unregister_replay(name)`` removes it.
     """
     return _REGISTRY.register(name, factory, overwrite=overwrite, builtin=_builtin)
 
@@ -113,7 +123,8 @@ def make_replay(kind: str, **kwargs: Any) -> ReplayStrategy:
     (required, except for ``none``), ``tau`` (required for the gated kinds ``hdr`` and
     ``drift_only``; ignored otherwise), and optionally ``scan_chunk``,
     ``headroom_weighting``, ``drift_kind``, ``success_threshold``, ``seed``,
-    ``drought_steps``. ``order`` and ``gate`` are fixed by the kind.
+    ``drought_steps``, ``per_alpha``, ``age_tau`` (``per`` fixes it at inf). ``order`` and
+    ``gate`` are fixed by the kind.
     """
     return _REGISTRY.get(kind)(**kwargs)
 
@@ -137,6 +148,9 @@ def _builtin(kind: str) -> Callable[..., ReplayStrategy]:
             raise ValueError(f"replay kind {kind!r} needs {missing} (e.g. capacity=512, k_rep=64, "
                              "tau=1e-2 as in the paper's search setting)")
         kwargs.setdefault("tau", math.inf)
+        kwargs.pop("recycle_after", None)  # the recycle kind's; a buffer has no use for it
+        if kind == "per":
+            kwargs["age_tau"] = math.inf  # plain PER: no freshness discount
         return HeadroomDriftBuffer(order=order, gate=gate, name=kind, **kwargs)
 
     factory.__name__ = factory.__qualname__ = f"make_{kind}"
@@ -191,7 +205,51 @@ def _successful_rows(g: ReplayGroup, threshold: float) -> ReplayGroup | None:
                        else [g.pixel_values[int(i)] for i in rows])
 
 
+class QueryRecycling:
+    """``recycle``: query recycling (module docstring). ``add`` notes the tasks of the groups
+    whose rewards were all equal (no signal for GRPO); ``recycled()`` hands them over once
+    (the trainer puts them back into its task order, ``recycle_after`` steps ahead); nothing
+    is stored or selected, so ``select`` returns an empty selection and costs nothing."""
+
+    def __init__(self, *, recycle_after: int = 4, **_: Any):
+        if recycle_after < 1:
+            raise ValueError(f"recycle_after must be >= 1 step, got {recycle_after}")
+        self.recycle_after = int(recycle_after)
+        self._pending: list[str] = []
+        self._last = self._total = 0
+
+    def add(self, groups: Sequence[ReplayGroup], step: int) -> int:
+        flat = [str(g.prompt_id) for g in groups
+                if bool((g.rewards == g.rewards[0]).all())]  # [n] rewards all equal
+        self._pending += flat
+        self._last, self._total = len(flat), self._total + len(flat)
+        return 0
+
+    def recycled(self) -> list[str]:
+        """The task ids noted since the last call (each handed over once)."""
+        out, self._pending = self._pending, []
+        return out
+
+    def select(self, score_fn: ScoreFn | None, step: int, *, extra: int = 0) -> Selection:
+        return Selection(stats={"replay/accepted": 0.0, "replay/candidates": 0.0})
+
+    def metrics(self) -> dict[str, float]:
+        return {"replay/recycled": float(self._last), "replay/recycled_total": float(self._total),
+                "replay/buffer_size": 0.0}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"pending": list(self._pending), "last": self._last, "total": self._total}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._pending = [str(x) for x in state["pending"]]
+        self._last, self._total = int(state["last"]), int(state["total"])
+
+    def __len__(self) -> int:
+        return 0
+
+
 for _kind in BUILTIN_KINDS:  # the built-ins go through the same registry as a user's kinds
     register_replay(_kind, _builtin(_kind), _builtin=True)
 del _kind
 register_replay("success_only", SuccessOnlyReplay, _builtin=True)
+register_replay("recycle", QueryRecycling, _builtin=True)

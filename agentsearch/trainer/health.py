@@ -92,8 +92,9 @@ class HealthMonitor:
             rounding depends on the policy's entropy: 0.035 nats on SmolLM2's first-turn
             samples at T=1 (bench_real_lm), less once RL has made the policy sure of its
             tokens; a sync missed for many steps, or wrong weights, still shows.
-        replay_kind: the run's replay kind; ``None`` or ``"none"`` disables the drought
-            check (nothing is ever stored, so an empty buffer is expected).
+        replay_kind: the run's replay kind; ``None``, ``"none"`` or ``"recycle"`` (query
+            recycling: its tasks go back to the prompt order) disables the drought check
+            (nothing is ever stored, so an empty buffer is expected).
     """
 
     def __init__(self, zero_reward_steps: int = 5, zero_variance_steps: int = 5,
@@ -114,7 +115,7 @@ class HealthMonitor:
             raise ValueError(f"health thresholds must be >= 0, got {self.thresholds}")
         self.thresholds = {k: int(t) for k, t in self.thresholds.items()}
         self.tool_error_rate = float(tool_error_rate)
-        self.replay_active = replay_kind not in (None, "none")
+        self.replay_active = replay_kind not in (None, "none", "recycle")
         self.counts = dict.fromkeys(CHECKS, 0)
         self.active: set[str] = set()
 

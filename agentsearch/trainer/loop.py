@@ -267,6 +267,8 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
         else:
             lmetrics = learn()
         rollouts.trained()
+        if hasattr(replay, "recycled"):  # query recycling: zero-variance tasks come back later
+            sampler.recycle(replay.recycled(), cfg.replay.recycle_after * cfg.prompts_per_step)
         tmetrics = lmetrics
         if tmetrics.get("train/nonfinite"):
             state["nonfinite_steps"] += 1

@@ -248,6 +248,19 @@ class TaskSampler:
             seen.append(not episodes_have_signal(episodes[i:i + n]))
             del seen[:-self.skip]
 
+    def recycle(self, task_ids: list[str], after: int) -> None:
+        """Put these tasks back into the order, to be drawn after ``after`` more tasks (query
+        recycling: ``replay.kind=recycle``); an unknown id is an error, not a silent loss."""
+        if not task_ids:
+            return
+        if not hasattr(self, "_index"):
+            self._index = {str(t.get("id", "")): i for i, t in enumerate(self.tasks)}
+        unknown = [t for t in task_ids if t not in self._index]
+        if unknown:
+            raise KeyError(f"recycled task ids not in the training split: {unknown[:5]}")
+        at = max(len(self.order) - int(after), 0)  # sample() pops from the end
+        self.order[at:at] = [self._index[t] for t in reversed(task_ids)]
+
     def metrics(self) -> dict[str, float]:
         """``sampler/skipped`` (since the last call) and ``sampler/skippable`` (tasks the rule
         would skip now); empty when skipping is off."""
@@ -281,4 +294,5 @@ def build_replay(cfg: TrainConfig):
     return make_replay(r.kind, capacity=r.capacity, k_rep=r.k_rep, tau=r.tau,
                        scan_chunk=r.scan_chunk, headroom_weighting=r.headroom_weighting,
                        drift_kind=r.drift_kind, success_threshold=r.success_threshold,
-                       seed=cfg.seed)
+                       per_alpha=r.per_alpha, age_tau=r.age_tau,
+                       recycle_after=r.recycle_after, seed=cfg.seed)

@@ -30,8 +30,9 @@ class ReplayConfig:
 
     kind: str = "hdr"
     """A registered replay kind: ``none`` = on-policy; ``hdr`` = Headroom-Drift Replay;
-    ``naive``, ``recency``, ``headroom_only``, ``drift_only`` = the paper's baselines; or your
-    own (``agentsearch.replay.register_replay``)."""
+    ``naive``, ``recency``, ``headroom_only``, ``drift_only`` = the paper's baselines;
+    ``success_only``; ``per``, ``fresh_per`` (FreshPER), ``recycle`` (query recycling); or
+    your own (``agentsearch.replay.register_replay``)."""
     k_rep: int = 4
     """Replayed groups per step (paper: 64 next to 128 fresh for search)."""
     tau: float = 1e-2
@@ -46,6 +47,14 @@ class ReplayConfig:
     """``l2``: mean squared logprob gap (the paper's gate); ``l1``: |mean gap| (cancelling)."""
     success_threshold: float = 0.0
     """Ingress success = answer_correct when the task gives it, else reward > this."""
+    per_alpha: float = 0.6
+    """``per``/``fresh_per``: a stored group is drawn in proportion to (mean |A|)^per_alpha
+    (prioritized replay's alpha; 0 = uniform)."""
+    age_tau: float = 8.0
+    """``fresh_per``: each priority is discounted by exp(-age / age_tau), age in steps since
+    the group was generated (``per`` ignores it: no discount)."""
+    recycle_after: int = 4
+    """``recycle``: a zero-variance group's task is drawn again this many steps later."""
 
     def __post_init__(self):
         from agentsearch.replay.strategies import replay_kinds
@@ -271,6 +280,9 @@ class TrainConfig:
                             "prompt")
         if self.prompts_per_step < 1:
             problems.append("prompts_per_step must be >= 1")
+        if self.replay.kind == "recycle" and self.async_.enabled:
+            problems.append("replay.kind=recycle with async.enabled: the streaming pool draws "
+                            "tasks on its own thread; query recycling runs lock-step only")
         if self.replay.kind != "none" and self.replay.k_rep < 0:
             problems.append("replay.k_rep must be >= 0")
         if self.replay.tau < 0:

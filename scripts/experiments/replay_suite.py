@@ -35,6 +35,13 @@ per step (``prompts_per_step``; 8 in ``tiny``) and k its replay budget (``replay
   finish train, the rest are carried) and ``hdr_topup`` (also ``async.replay_topup=true``: a
   batch short of fresh groups when the update is done is filled with gated replay).
 
+- the 2026 replay baselines (``--methods real_lm``: on-policy matched and larger, ``hdr``,
+  ``fresh_per`` and ``recycle``; scripts/experiments/real_lm_replay.py runs it on the real LM):
+  ``fresh_per`` (``replay.kind=fresh_per``: k groups drawn by (mean |A|)^0.6 x
+  exp(-age / 8 steps), no gate, no scoring; arXiv 2604.16918) and ``recycle``
+  (``replay.kind=recycle``: nothing replayed; zero-variance groups' prompts go back into the
+  prompt order 4 steps ahead; arXiv 2606.10709).
+
 - HDR's gate and budget (``--methods sweep``: ``hdr`` beside one change at a time):
   ``hdr_tau1e-3`` / ``hdr_tau1e-1`` (``replay.tau``, tight and loose around 1e-2) and
   ``hdr_k2`` / ``hdr_k8`` (``replay.k_rep`` around 4).
@@ -98,6 +105,7 @@ LOSSES = ["gspo_on_policy", "gspo_hdr", "cispo_on_policy", "cispo_hdr", "dapo_on
           "dapo_hdr"]
 ASYNC = ["hdr_streaming", "hdr_overlap", "hdr_oversample", "hdr_topup"]
 CHEAP = ["dynamic_sampling", "greso", "success_replay"]
+BASELINES_2026 = ["fresh_per", "recycle"]
 HARD = ["on_policy", "on_policy_larger", "naive", "headroom_only", "drift_only", "hdr", *CHEAP]
 # around hdr's 1e-2 and 4
 SWEEP = {"hdr_tau1e-3": ["replay.tau=1e-3"], "hdr_tau1e-1": ["replay.tau=1e-1"],
@@ -106,7 +114,8 @@ SEARCH_R1 = {"search_r1_equivalent": "search-r1-equivalent", "full_stack": "full
              "full_stack_async": "full-stack"}
 SEARCH_R1_OVERRIDES = {"full_stack_async": ["async.enabled=true", "async.max_staleness=1"]}
 ALIASES = {"all": REPLAY + LOSSES, "replay": REPLAY, "losses": LOSSES, "async": ["hdr", *ASYNC],
-           "cheap": CHEAP, "hard": HARD, "sweep": ["hdr", *SWEEP]}
+           "cheap": CHEAP, "hard": HARD, "sweep": ["hdr", *SWEEP],
+           "real_lm": ["on_policy", "on_policy_larger", "hdr", *BASELINES_2026]}
 
 
 @dataclass
@@ -141,6 +150,7 @@ def method_overrides(method: str, b: int, budget: int) -> list[str]:
                              f"regenerate_rounds={REGENERATE_ROUNDS}"],
         "greso": ["replay.kind=none", "prompt_skip=2"],
         "success_replay": ["replay.kind=success_only"],
+        "fresh_per": ["replay.kind=fresh_per"], "recycle": ["replay.kind=recycle"],
         "hdr_streaming": ["replay.kind=hdr", "async.enabled=true"],
         "hdr_overlap": ["replay.kind=hdr", "async.enabled=true", "async.max_staleness=1"],
         "hdr_oversample": ["replay.kind=hdr", "async.enabled=true", "async.max_staleness=1",
@@ -153,7 +163,8 @@ def method_overrides(method: str, b: int, budget: int) -> list[str]:
 
 
 def parse_methods(text: str, search_r1: bool) -> list[str]:
-    known = list(SEARCH_R1) if search_r1 else REPLAY + LOSSES + ASYNC + CHEAP + list(SWEEP)
+    known = (list(SEARCH_R1) if search_r1
+             else REPLAY + LOSSES + ASYNC + CHEAP + BASELINES_2026 + list(SWEEP))
     out: list[str] = []
     for item in (t.strip() for t in text.split(",") if t.strip()):
         names = ALIASES.get(item, [item]) if not search_r1 else (known if item == "all" else [item])
@@ -267,6 +278,9 @@ def main() -> int:
                     help="run search-r1-equivalent vs full-stack (starts agentsearch serve)")
     ap.add_argument("--port", type=int, default=0, help="--search-r1 server port (0: a free one)")
     ap.add_argument("--metric", default="eval/mean_at_n", help="the quality metric of the analysis")
+    ap.add_argument("--target-score", type=float, default=None,
+                    help="a target fixed before the runs (default: the baseline's final score); "
+                         "ratios stay relative to the baseline's time to it")
     ap.add_argument("--dry-run", action="store_true",
                     help="print the runs and their commands; run nothing")
     ap.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
@@ -334,7 +348,8 @@ def main() -> int:
     # search_r1_equivalent's in --search-r1 mode
     target = "search_r1_equivalent" if a.search_r1 and any(s.method == "search_r1_equivalent"
                                                            for s in specs) else None
-    result = analyse([s.run for s in specs], a.metric, label_by="dir", target_method=target)
+    result = analyse([s.run for s in specs], a.metric, label_by="dir", target_method=target,
+                     target_score=a.target_score)
     if result["runs"]:
         write_outputs(result, out / "analysis" / "pareto.png")
     print(tables_markdown(result) + "\n" + result.get("_diagnostics_markdown", ""), file=sys.stderr)

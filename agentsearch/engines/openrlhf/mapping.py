@@ -262,6 +262,9 @@ def refusals(t, extra_args: list[str] = ()) -> list[str]:
     if t.replay.kind == "success_only":
         out.append("train.replay.kind=success_only: its replayed groups hold fewer than "
                    "group_size rows; OpenRLHF's experience slots hold group_size")
+    if t.replay.kind == "recycle":
+        out.append("train.replay.kind=recycle: OpenRLHF's prompt dataloader has no way to put "
+                   "a prompt back; query recycling runs in the local trainer only")
     if t.prompt_skip:
         out.append("train.prompt_skip > 0: " + NOTES["prompt_skip"].split(": ", 1)[1])
     if t.overlong_buffer > 0:

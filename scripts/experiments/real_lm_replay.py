@@ -1,0 +1,95 @@
+"""Issue 53: does Headroom-Drift Replay save wall-clock where rollouts are expensive? The real LM
+of issue 50 (SmolLM2-135M-Instruct + LoRA on WikiSearch-v0, vLLM on this CPU), five methods x
+3 seeds from one warm start, 1 h of training time each (docs/results/real_lm_replay.md).
+
+    python scripts/experiments/real_lm_replay.py run --dry-run   # the 15 runs and their commands
+    python scripts/experiments/real_lm_replay.py run             # rerun to continue the grid
+    python scripts/experiments/real_lm_replay.py keep            # -> docs/results/real_lm_replay/
+
+``run``: replay_suite's ``real_lm`` methods (on-policy, on-policy with 1.5x the fresh groups,
+HDR at the paper's search defaults, FreshPER, query recycling; replay_suite.py documents each)
+on preset ``smollm2-search`` with the settings below, one run at a time with both cores,
+seed-major (a grid cut short has whole seeds), into ``runs/real_lm_replay/<method>-s<seed>``. A
+run killed at a session's end resumes from its last checkpoint (replay buffer included) on the
+next call; a finished one is skipped. At the end of each call the suite's analysis (time to
+``TARGET`` over on_policy_larger's, per seed, mean and spread; the frontier plot; the replay
+diagnostics) is written to ``runs/real_lm_replay/analysis/`` and one JSON line printed.
+
+``keep``: every run's config, metrics, provenance and samples, and the analysis, into
+``docs/results/real_lm_replay/`` (no weights).
+
+Fixed before the first run (committed in this file): the target, the warm start, the budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "runs" / "real_lm_replay"
+KEPT = ROOT / "docs" / "results" / "real_lm_replay"
+
+TARGET = 0.89
+"""Greedy dev EM on the preset's 300 dev questions. The warm start scores 0.817; on-policy
+(8 x 8, the v2 recipe) passed 0.89 between steps 10 and 20 of its 2 h run (0.913 at step 20,
+2,689 s), so every method can reach it in 1 h and the time to it separates them."""
+WARM_START = "docs/results/real_lm/rl-v2-seed0/warm_start"
+"""The v2 recipe's seed-0 warm start (24 SFT steps): every run starts from it (RL trains this
+adapter on, ``init_from`` under LoRA), so no run pays or varies a warm start."""
+SETTINGS = ["time_budget_s=3600", "steps=200", "sft.steps=0", f"init_from={WARM_START}",
+            "eval.every=5", "checkpoint_every=5"]
+"""1 h of training time each (eval and checkpoints excluded); an eval (300 questions, about
+3.5 min here) every 5 steps resolves the time to target to about 8 minutes of training."""
+
+
+def run(a) -> int:
+    cmd = [sys.executable, str(ROOT / "scripts" / "experiments" / "replay_suite.py"),
+           "--preset", "smollm2-search", "--methods", "real_lm", "--seeds", *map(str, a.seeds),
+           "--parallel", "1", "--threads-per-run", "2", "--latency", "none",
+           "--target-score", str(TARGET), "--out", str(OUT), *SETTINGS, *a.overrides]
+    if a.dry_run:
+        cmd.append("--dry-run")
+    if a.allow_dirty:
+        cmd.append("--allow-dirty")
+    return subprocess.call(cmd, cwd=ROOT)
+
+
+def keep(_a) -> int:
+    KEPT.mkdir(parents=True, exist_ok=True)
+    for run_dir in sorted(p for p in OUT.glob("*-s*") if (p / "metrics.jsonl").exists()):
+        dest = KEPT / run_dir.name
+        dest.mkdir(exist_ok=True)
+        for name in ("config.yaml", "metrics.jsonl", "provenance.json"):
+            if (run_dir / name).exists():
+                shutil.copy2(run_dir / name, dest / name)
+        if (run_dir / "samples").exists():
+            shutil.copytree(run_dir / "samples", dest / "samples", dirs_exist_ok=True)
+    for name in ("suite.json", "summary.json"):
+        if (OUT / name).exists():
+            shutil.copy2(OUT / name, KEPT / name)
+    if (OUT / "analysis").exists():
+        shutil.copytree(OUT / "analysis", KEPT / "analysis", dirs_exist_ok=True)
+    print(f"[real_lm_replay] kept {KEPT}", flush=True)
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    r.add_argument("--dry-run", action="store_true")
+    r.add_argument("--allow-dirty", action="store_true",
+                   help="development only: the records are marked not citable")
+    r.add_argument("overrides", nargs="*", help="key=value on top of SETTINGS (development)")
+    sub.add_parser("keep")
+    a = ap.parse_args()
+    return run(a) if a.cmd == "run" else keep(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
