@@ -80,14 +80,21 @@ class ForcedTurns:
         return [Generation(token_ids=list(ids), logprobs=[0.0] * len(ids), finish_reason=reason)]
 
 
-def policy(init_from: Path | None):
-    """SmolLM2 (fp32, agentsearch's tool template) with the warm-start adapter merged in."""
+def policy(init_from: Path | None, *, trainable: bool = False):
+    """SmolLM2 (fp32, agentsearch's tool template) with the warm-start adapter merged in, or
+    (``trainable``) loaded as the LoRA that trains on: what agentsearch's arms get from
+    ``init_from=ADAPTER`` under LoRA (``models.lora.continue_adapter``), so both systems start
+    from the same parameters, not only the same function."""
     import torch
 
     from agentsearch.models.lora import merge_adapter
     from agentsearch.models.text import load_model
 
     model, tok = load_model("smollm2", dtype=torch.float32)
+    if init_from is not None and trainable:
+        from peft import PeftModel
+
+        return PeftModel.from_pretrained(model, str(init_from), is_trainable=True), tok
     if init_from is not None:
         model = merge_adapter(model, init_from)
     return model, tok
@@ -266,7 +273,7 @@ def run(a) -> int:
             sampler = TaskSampler(env.tasks, seed=seed)  # agentsearch's order for this seed
             tasks = [t for _ in range(SETTINGS["max_steps"])
                      for t in sampler.sample(SETTINGS["prompts"])]
-            model, tok = policy(WARM_START)
+            model, tok = policy(WARM_START, trainable=True)
             stamp_run(folder)  # provenance.json, as agentsearch's runs have
             run_trl(folder, SETTINGS, task_rows(env, tasks), model, tok, seed=seed,
                     evaluate=trl_evaluate(tok, folder, seed, folder / "eval.log"),

@@ -242,20 +242,22 @@ def _eval_callback(out: Path, s: dict, evaluate: Callable[[Any, int], dict]):
 
 def build_trainer(s: dict, args, rows: list[dict], model, tok, *, env_id: str,
                   env_kwargs: dict, callbacks=(), latency: dict | None = None):
-    """TRL's ``GRPOTrainer`` over ``rows`` with the env's tool, ``answer_reward`` and a fresh
-    LoRA of the shared settings ``s`` on ``model``."""
+    """TRL's ``GRPOTrainer`` over ``rows`` with the env's tool, ``answer_reward`` and the LoRA
+    of the shared settings ``s``: a fresh one on a plain ``model``, or ``model``'s own when it
+    is a peft model already (the warm-start adapter trained on, as agentsearch's
+    ``init_from=ADAPTER`` does; TRL takes a pretrained adapter as is when ``beta`` is 0)."""
     from datasets import Dataset
     from peft import LoraConfig
     from trl import GRPOTrainer
 
     lora = s["lora"]
+    fresh = LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=0.0,
+                       target_modules=lora["targets"], task_type="CAUSAL_LM")
     return GRPOTrainer(
         model=model, reward_funcs=[answer_reward], args=args,
         train_dataset=Dataset.from_list(rows), processing_class=tool_parsing_tokenizer(tok),
         environment_factory=env_factory(env_id, latency, **env_kwargs),
-        peft_config=LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=0.0,
-                               target_modules=lora["targets"], task_type="CAUSAL_LM"),
-        callbacks=list(callbacks))
+        peft_config=None if hasattr(model, "peft_config") else fresh, callbacks=list(callbacks))
 
 
 def run_trl(out: Path, s: dict, rows: list[dict], model, tok, *, seed: int,
