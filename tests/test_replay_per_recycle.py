@@ -88,3 +88,10 @@ def test_sampler_draws_a_recycled_task_after_the_given_number_of_draws():
     assert [t["id"] for t in sampler.sample(6)] == want
     with pytest.raises(KeyError, match="nope"):
         sampler.recycle(["nope"], after=1)
+
+
+def test_recycle_judges_zero_variance_as_the_trainer_does():
+    from agentsearch.algorithms.advantages import SIGNAL_ATOL
+    from agentsearch.replay import strategies
+
+    assert strategies.SIGNAL_ATOL == SIGNAL_ATOL

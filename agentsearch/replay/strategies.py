@@ -87,6 +87,8 @@ BUILTIN_KINDS: dict[str, tuple[str, bool]] = {
     "fresh_per": ("priority", False),
 }
 
+SIGNAL_ATOL = 1e-8  # as agentsearch.algorithms.advantages.SIGNAL_ATOL (a test keeps them equal)
+
 _REGISTRY: Registry[Callable[..., ReplayStrategy]] = Registry(
     "replay kind", "agentsearch.replay.register_replay")
 
@@ -207,7 +209,7 @@ def _successful_rows(g: ReplayGroup, threshold: float) -> ReplayGroup | None:
 
 class QueryRecycling:
     """``recycle``: query recycling (module docstring). ``add`` notes the tasks of the groups
-    whose rewards were all equal (no signal for GRPO); ``recycled()`` hands them over once
+    whose rewards were all equal (no GRPO advantage); ``recycled()`` hands them over once
     (the trainer puts them back into its task order, ``recycle_after`` steps ahead); nothing
     is stored or selected, so ``select`` returns an empty selection and costs nothing."""
 
@@ -219,8 +221,10 @@ class QueryRecycling:
         self._last = self._total = 0
 
     def add(self, groups: Sequence[ReplayGroup], step: int) -> int:
+        # rewards [n] within SIGNAL_ATOL of each other (algorithms.advantages.has_signal, which
+        # sits above this layer): no GRPO advantage
         flat = [str(g.prompt_id) for g in groups
-                if bool((g.rewards == g.rewards[0]).all())]  # [n] rewards all equal
+                if float(g.rewards.max() - g.rewards.min()) <= SIGNAL_ATOL]
         self._pending += flat
         self._last, self._total = len(flat), self._total + len(flat)
         return 0
