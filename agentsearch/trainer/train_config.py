@@ -127,7 +127,9 @@ class TrainConfig:
     trained on other worlds than the training one), a shipped base (``data.paths.BASE_DIRS``),
     ``smollm2``, or a path."""
     init_from: str | None = None
-    """Load weights from this folder (e.g. a previous run's ``final``) instead of ``model``."""
+    """Load weights from this folder (e.g. a previous run's ``final``) instead of ``model``. A
+    saved LoRA adapter (``RUN/warm_start``, ``RUN/adapter``) goes on ``model``: with
+    ``lora.enabled`` it is the adapter that trains on (same r, alpha, targets), else merged."""
     lora: LoraSettings = field(default_factory=LoraSettings)
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     """``auto`` = bf16 on CUDA when training a LoRA adapter (the adapter itself stays fp32),
