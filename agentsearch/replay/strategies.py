@@ -100,10 +100,10 @@ def register_replay(name: str, factory: Callable[..., ReplayStrategy] | None = N
     decorator, ``@register_replay("mine")``; returns the factory.
 
     The trainer (``build_replay``) passes ``capacity``, ``k_rep``, ``tau``, ``scan_chunk``,
-    ``headroom_weighting``, ``drift_kind``, ``success_threshold``, ``per_alpha``, ``age_tau``,
-    ``recycle_after`` and ``seed``, so a factory should take ``**kwargs``. Built-in names are
-    reserved; registering a taken name again needs ``overwrite=True``.
-    ``unregister_replay(name)`` removes it.
+    ``headroom_weighting``, ``drift_kind``, ``success_threshold``, ``per_alpha``, ``age_tau``
+    and ``seed`` (``recycle_after`` only to ``recycle``), so a factory should take
+    ``**kwargs``. Built-in names are reserved; registering a taken name again needs
+    ``overwrite=True``. ``unregister_replay(name)`` removes it.
     """
     return _REGISTRY.register(name, factory, overwrite=overwrite, builtin=_builtin)
 
@@ -128,6 +128,8 @@ def make_replay(kind: str, **kwargs: Any) -> ReplayStrategy:
     ``drought_steps``, ``per_alpha``, ``age_tau`` (``per`` fixes it at inf). ``order`` and
     ``gate`` are fixed by the kind.
     """
+    if kind != "recycle":  # its own knob: other kinds (a user's too) never see it
+        kwargs.pop("recycle_after", None)
     return _REGISTRY.get(kind)(**kwargs)
 
 
@@ -150,7 +152,6 @@ def _builtin(kind: str) -> Callable[..., ReplayStrategy]:
             raise ValueError(f"replay kind {kind!r} needs {missing} (e.g. capacity=512, k_rep=64, "
                              "tau=1e-2 as in the paper's search setting)")
         kwargs.setdefault("tau", math.inf)
-        kwargs.pop("recycle_after", None)  # the recycle kind's; a buffer has no use for it
         if kind == "per":
             kwargs["age_tau"] = math.inf  # plain PER: no freshness discount
         return HeadroomDriftBuffer(order=order, gate=gate, name=kind, **kwargs)
