@@ -240,11 +240,14 @@ def _rl2_eval_over_step(fn, record: str = RL2):
     return value
 
 
+EM_KEYS = ("eval/mean_at_n", "eval/name/mean_at_n", "eval/year/mean_at_n",
+           "eval/nationality/mean_at_n")  # a table row's EM columns, in order
+
+
 def _rl2_rows(warm: str, after: str, record: str = RL2) -> list:
     """(quote, pairs) of a run's two table rows: ``| warm start (24 SFT steps, S s) | EM ...``
     and ``| after RL (N steps, T s) | EM ...``, every number against its record."""
-    keys = ("eval/mean_at_n", "eval/name/mean_at_n", "eval/year/mean_at_n",
-            "eval/nationality/mean_at_n")
+    keys = EM_KEYS
     last = int(after.split("(")[1].split()[0])  # the final step, as the row says
     sft, train = warm.split(", ")[1].split()[0], after.split(", ")[1].split()[0]
     out = []
@@ -326,8 +329,6 @@ def _per_token_update_ms(record: str):
     return value
 
 
-_EM_KEYS = ("eval/mean_at_n", "eval/name/mean_at_n", "eval/year/mean_at_n",
-            "eval/nationality/mean_at_n")
 for _quote, _step in (("| warm start (the second recipe's) | 0.830 |", 0),
                       ("| step 20 (2,266 s) | 0.870 |", 20), ("| step 40 (4,627 s) | 0.890 |", 40),
                       ("| step 60 (6,742 s) | 0.890 |", 60),
@@ -336,7 +337,7 @@ for _quote, _step in (("| warm start (the second recipe's) | 0.830 |", 0),
                  if t.startswith(_quote))
     _shown = [c.strip() for c in _line.strip("| ").split(" | ")[1:]]
     REAL_LM_FIGURES += group(RL, _line, RL3B, [
-        (v, rl2(k, _step, RL3B)) for v, k in zip(_shown, _EM_KEYS, strict=True)])
+        (v, rl2(k, _step, RL3B)) for v, k in zip(_shown, EM_KEYS, strict=True)])
     if _step:
         _secs = _quote.split("(")[1].split(" s)")[0].split(", ")[-1]
         REAL_LM_FIGURES += group(RL, _line, RL3B, [
