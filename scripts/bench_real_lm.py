@@ -18,7 +18,11 @@ reports its own peak RSS:
   rows vs one unpadded row at a time (``micro_batch_size=1``), the latter also with the base
   weights in bf16 (``update_packed_bf16``: ``dtype=bfloat16``); ``bare_fp32``: a forward+
   backward of the plain model, every weight trained, one row at a time: the machine's limit
-  for this work. ``logprobs``: the no-grad scoring pass, one row at a time.
+  for this work. ``update_tree``: the same rows as one prefix tree (``shared_prefix``: what
+  rows share from their start is forwarded once; here one transcript per question, so only
+  the system prompt is shared, not a group's question: a training step's groups share more);
+  its tokens/s counts every row's tokens, so it reads against ``update_packed``.
+  ``logprobs``: the no-grad scoring pass, one row at a time.
 
     python scripts/bench_real_lm.py --episodes 16 --out docs/results/real_lm/bench_real_lm.jsonl
 """
@@ -44,7 +48,8 @@ from agentsearch.core.provenance import (  # noqa: E402
 
 PARTS = ("gen_hf", "gen_vllm_adapter", "gen_vllm_merged", "gen_vllm_merged_pc",
          "gen_vllm_merged_pc_bf16",
-         "update_padded8", "update_packed", "update_packed_bf16", "bare_fp32", "logprobs")
+         "update_padded8", "update_packed", "update_packed_bf16", "update_tree", "bare_fp32",
+         "logprobs")
 
 
 RATIOS = {  # name -> (part, reference part): tokens/s over tokens/s, measured in one run
@@ -56,6 +61,7 @@ RATIOS = {  # name -> (part, reference part): tokens/s over tokens/s, measured i
     "update_packed_over_bare_fp32": ("update_packed", "bare_fp32"),
     "update_packed_over_padded8": ("update_packed", "update_padded8"),
     "update_bf16_over_fp32": ("update_packed_bf16", "update_packed"),
+    "update_tree_over_packed": ("update_tree", "update_packed"),
 }
 
 
@@ -139,6 +145,13 @@ def _train_pass(part: str, cfg, model, tok, eps) -> dict:
     tokens = sum(len(r.ids) for r in rows)
     model.train(part != "logprobs")
     t0 = time.perf_counter()
+    if part == "update_tree":
+        from agentsearch.models.prefix_tree import tree_backward
+
+        forwarded = tree_backward(model, [r.ids for r in rows], [r.mask for r in rows],
+                                  lambda i, lp: -lp.sum())
+        return {"seconds": time.perf_counter() - t0, "tokens": tokens,
+                "tokens_forwarded": forwarded}
     for b in batches:
         mb = pad_rows(b, "cpu")
         if part == "logprobs":

@@ -5,13 +5,14 @@ order, into mini-batches of that many rows, one optimizer step each, and
 ``update_epochs`` repeats the passes (PPO's reuse of a costly batch; Search-R1/verl's
 ``ppo_mini_batch_size`` and ``ppo_epochs``); the LR schedule steps once per call either way.
 Within an optimizer step, rows are sorted by length (less padding) and cut into
-micro-batches of ``micro_batch_size`` rows. Each micro-batch's loss is normalised by the
-*whole step's* token (or sequence) count (``losses.loss_normalizer``: which one depends on
-the loss and ``agg``), and so is the KL term, aggregated in the loss's own unit (a token
-mean, or a mean of sequence means), so accumulating the micro-batch gradients gives exactly
-the gradient of the full-batch loss; an entropy bonus (``entropy_coef``) is aggregated the
-same way. A non-finite loss
-or gradient skips the optimizer step (weights unchanged), and the skip is logged and
+micro-batches of ``micro_batch_size`` rows, or, with ``shared_prefix``, forwarded as one
+prefix tree (``models.prefix_tree``: shared leading tokens once, the same gradient). Each
+micro-batch's loss is normalised by the *whole step's* token (or sequence) count
+(``losses.loss_normalizer``: which one depends on the loss and ``agg``), and so is the KL
+term, aggregated in the loss's own unit (a token mean, or a mean of sequence means), so
+accumulating the micro-batch gradients gives exactly the gradient of the full-batch loss; an
+entropy bonus (``entropy_coef``) is aggregated the same way. A non-finite loss or gradient
+skips the optimizer step (weights unchanged), and the skip is logged and
 counted. A step without signal (every row's advantage is 0 and no KL term) is skipped
 before any forward pass: Adam's momentum would otherwise move the weights on nothing.
 """
@@ -32,6 +33,7 @@ from agentsearch.algorithms.losses import (
     loss_spec,
 )
 from agentsearch.models.logprobs import batch_pixels, token_logprobs
+from agentsearch.models.prefix_tree import supports_tree, tree_backward
 from agentsearch.replay import ReplayGroup
 
 __all__ = ["Row", "rows_of", "pad_rows", "policy_update", "minibatches"]
@@ -155,17 +157,16 @@ def policy_update(model, optimizer, scheduler, rows: Sequence[Row], cfg, *,
                 "train/replayed_rows": float(sum(r.replayed for r in rows)),
                 # what the update's forwards and backwards actually processed (zero-advantage
                 # rows take none): summed over its optimizer steps
-                **{k: sum(s[k] for s in taken)
-                   for k in ("train/rows_forwarded", "train/tokens_forwarded")},
+                **{k: sum(s[k] for s in taken) for k in
+                   ("train/rows_forwarded", "train/tokens_forwarded", "train/positions_forwarded")},
                 "train/lr": optimizer.param_groups[0]["lr"]})
     return out
 
 
 def _optimizer_step(model, optimizer, rows: Sequence[Row], cfg, kl_on: bool,
                     ref_logprobs_fn: Callable | None) -> dict[str, float]:
-    """Accumulate the loss of ``rows`` over micro-batches and take one optimizer step (the
-    scheduler is the caller's)."""
-    spec = loss_spec(cfg.loss)  # the registered loss: its function and normaliser rule
+    """Accumulate the loss of ``rows`` over micro-batches (or one prefix tree:
+    ``cfg.shared_prefix``) and take one optimizer step (the scheduler is the caller's)."""
     device = next(model.parameters()).device
     model.train()
     optimizer.zero_grad(set_to_none=True)
@@ -177,46 +178,44 @@ def _optimizer_step(model, optimizer, rows: Sequence[Row], cfg, kl_on: bool,
         # group's ratio denominator. The normaliser above still counts it: the same step.
         rows = [r for r in rows if r.adv != 0.0 or r.own_ratio]
     rows = sorted(rows, key=lambda r: len(r.ids))
-    n_tokens = float(sum(int(r.mask.sum()) for r in rows))
-    unit = aggregation(cfg.loss, cfg.agg)  # the KL and entropy terms are aggregated like the loss
-    sums = {"loss": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "ratio_mean": 0.0, "kl_ref": 0.0,
-            "entropy": 0.0}
-    finite = True
-    for s in range(0, len(rows), cfg.micro_batch_size):
-        mb_rows = rows[s:s + cfg.micro_batch_size]
-        mb = pad_rows(mb_rows, device)
-        pixels = batch_pixels(model, mb["ids"], [r.pixel_values for r in mb_rows], device)
-        # before the policy's forward: the reference may be the same model, another adapter
-        if kl_on:
-            with torch.no_grad():
-                ref = ref_logprobs_fn(mb["ids"], mb["attn"], mb["mask"])  # [B, T]
-        lp = token_logprobs(model, mb["ids"], mb["attn"], temperature=cfg.generation.temperature,
-                            target_mask=mb["mask"], pixel_values=pixels,
-                            with_entropy=entropy_coef > 0)  # [B, T] (and entropy [B, T])
-        if entropy_coef > 0:
-            lp, ent = lp
-        old = _own_ratio(mb_rows, lp, mb["old"], mb["own"])  # [B, T]
-        stats = spec.fn(lp, old, mb["adv"], mb["mask"], clip_low=cfg.clip_low,
-                        clip_high=cfg.clip_high, dual_clip=cfg.dual_clip, agg=cfg.agg,
-                        normalizer=normalizer)
-        loss = stats.loss
-        weight = float(mb["mask"].sum()) / max(n_tokens, 1.0)  # this micro-batch's share of tokens
-        if kl_on:  # normalised by the whole step's count, like the loss: micro-batches add up
-            kl = kl_penalty(lp, ref, mb["mask"], cfg.kl_kind, unit=unit, normalizer=normalizer)
-            loss = loss + cfg.kl_coef * kl
-            sums["kl_ref"] += float(kl.detach())
-        if entropy_coef > 0:
-            bonus = entropy_bonus(ent, mb["mask"], unit=unit, normalizer=normalizer)
-            loss = loss - entropy_coef * bonus
-            sums["entropy"] += float(bonus.detach())
-        if not torch.isfinite(loss):
-            finite = False
-            break
-        loss.backward()
-        sums["loss"] += loss.item()
-        for k in ("clip_frac", "approx_kl", "ratio_mean"):
-            sums[k] += float(getattr(stats, k)) * weight
+    acc = _Accumulator(cfg, kl_on, normalizer, float(sum(int(r.mask.sum()) for r in rows)))
+    tree = (getattr(cfg, "shared_prefix", False) and entropy_coef <= 0 and supports_tree(model)
+            and all(r.pixel_values is None for r in rows))
+    forwarded = float(sum(len(r.ids) for r in rows))
+    if tree:
+        mbs = [pad_rows([r], device) for r in rows]
+        # before any policy forward: the reference may be the same model, another adapter
+        refs = [_ref(ref_logprobs_fn, mb) if kl_on else None for mb in mbs]
+
+        def row_loss(i: int, lp: torch.Tensor) -> torch.Tensor:
+            loss = acc.add([rows[i]], mbs[i], lp[None], None, refs[i])  # lp [T] -> [1, T]
+            if loss is None:
+                raise _NonFinite
+            return loss
+
+        try:
+            forwarded = float(tree_backward(model, [r.ids for r in rows],
+                                            [r.mask for r in rows], row_loss,
+                                            temperature=cfg.generation.temperature))
+        except _NonFinite:
+            acc.finite = False
+    else:
+        for s in range(0, len(rows), cfg.micro_batch_size):
+            mb_rows = rows[s:s + cfg.micro_batch_size]
+            mb = pad_rows(mb_rows, device)
+            pixels = batch_pixels(model, mb["ids"], [r.pixel_values for r in mb_rows], device)
+            ref = _ref(ref_logprobs_fn, mb) if kl_on else None  # before the policy's forward
+            lp = token_logprobs(model, mb["ids"], mb["attn"],
+                                temperature=cfg.generation.temperature, target_mask=mb["mask"],
+                                pixel_values=pixels,
+                                with_entropy=entropy_coef > 0)  # [B, T] (and entropy [B, T])
+            lp, ent = lp if entropy_coef > 0 else (lp, None)
+            loss = acc.add(mb_rows, mb, lp, ent, ref)
+            if loss is None:
+                break
+            loss.backward()
     params = [p for p in model.parameters() if p.requires_grad]
+    finite = acc.finite
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)) if finite else math.nan
     if not finite or not math.isfinite(grad_norm):
         optimizer.zero_grad(set_to_none=True)
@@ -224,11 +223,65 @@ def _optimizer_step(model, optimizer, rows: Sequence[Row], cfg, kl_on: bool,
                 "train/rows": float(len(rows)), "train/skipped_no_signal": 0.0}
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    sums = acc.sums
     if entropy_coef <= 0:
         del sums["entropy"]
     return {**{f"train/{k}": v for k, v in sums.items()}, "train/skipped": 0.0,
             "train/grad_norm": grad_norm, "train/rows_forwarded": float(len(rows)),
-            "train/tokens_forwarded": n_tokens}
+            "train/tokens_forwarded": acc.n_tokens, "train/positions_forwarded": forwarded}
+
+
+class _NonFinite(Exception):
+    """A row's loss was not finite: the prefix tree's pass stops there."""
+
+
+def _ref(ref_logprobs_fn: Callable, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+    with torch.no_grad():
+        return ref_logprobs_fn(mb["ids"], mb["attn"], mb["mask"])  # [B, T]
+
+
+class _Accumulator:
+    """One optimizer step's loss terms, micro-batch by micro-batch: each micro-batch's loss
+    (policy loss, KL, entropy bonus) normalised by the whole step's count, and the step's
+    statistics (sums; the ratio statistics weighted by each micro-batch's share of tokens)."""
+
+    def __init__(self, cfg, kl_on: bool, normalizer, n_tokens: float):
+        self.cfg, self.kl_on, self.normalizer, self.n_tokens = cfg, kl_on, normalizer, n_tokens
+        self.spec = loss_spec(cfg.loss)  # the registered loss: its function and normaliser rule
+        self.unit = aggregation(cfg.loss, cfg.agg)  # KL and entropy aggregate like the loss
+        self.entropy_coef = float(getattr(cfg, "entropy_coef", 0.0))
+        self.sums = {"loss": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "ratio_mean": 0.0,
+                     "kl_ref": 0.0, "entropy": 0.0}
+        self.finite = True
+
+    def add(self, mb_rows: Sequence[Row], mb: dict[str, torch.Tensor], lp: torch.Tensor,
+            ent: torch.Tensor | None, ref: torch.Tensor | None) -> torch.Tensor | None:
+        """The loss of a micro-batch from its logprobs ``lp`` [B, T] (entropy ``ent`` and
+        reference ``ref`` [B, T] where those terms are on); None (and ``finite`` False) if
+        it is not finite."""
+        cfg, normalizer = self.cfg, self.normalizer
+        old = _own_ratio(mb_rows, lp, mb["old"], mb["own"])  # [B, T]
+        stats = self.spec.fn(lp, old, mb["adv"], mb["mask"], clip_low=cfg.clip_low,
+                             clip_high=cfg.clip_high, dual_clip=cfg.dual_clip, agg=cfg.agg,
+                             normalizer=normalizer)
+        loss = stats.loss
+        weight = float(mb["mask"].sum()) / max(self.n_tokens, 1.0)  # its share of tokens
+        if self.kl_on:  # normalised by the whole step's count, like the loss: micro-batches add up
+            kl = kl_penalty(lp, ref, mb["mask"], cfg.kl_kind, unit=self.unit,
+                            normalizer=normalizer)
+            loss = loss + cfg.kl_coef * kl
+            self.sums["kl_ref"] += float(kl.detach())
+        if ent is not None:
+            bonus = entropy_bonus(ent, mb["mask"], unit=self.unit, normalizer=normalizer)
+            loss = loss - self.entropy_coef * bonus
+            self.sums["entropy"] += float(bonus.detach())
+        if not torch.isfinite(loss):
+            self.finite = False
+            return None
+        self.sums["loss"] += loss.item()
+        for k in ("clip_frac", "approx_kl", "ratio_mean"):
+            self.sums[k] += float(getattr(stats, k)) * weight
+        return loss
 
 
 def _own_ratio(rows: Sequence[Row], lp: torch.Tensor, old: torch.Tensor,

@@ -56,6 +56,7 @@ from agentsearch.models.lora import (
     reference_policy,
     save_adapter,
 )
+from agentsearch.models.prefix_tree import make_tree_score_fn
 from agentsearch.rollout import EventLoop
 from agentsearch.rollout.events import worker_thread
 from agentsearch.trainer.checkpoint import (
@@ -127,7 +128,8 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
                           explore=cfg.prompt_skip_explore)
     eval_env_list, eval_tasks = eval_envs(cfg)
     events.own(eval_env_list)
-    scorer = make_score_fn(model, temperature=cfg.generation.temperature)
+    scorer = (make_tree_score_fn if cfg.shared_prefix else make_score_fn)(
+        model, temperature=cfg.generation.temperature)
     scored = {"tokens": 0.0}
 
     def score_fn(groups):  # counts every token the trainer scores (fresh + replay scan)

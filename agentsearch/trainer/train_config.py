@@ -217,6 +217,13 @@ class TrainConfig:
     """Global gradient-norm clip."""
     micro_batch_size: int = 16
     """Sequences per forward/backward; gradients accumulate over an optimizer step's rows."""
+    shared_prefix: bool = False
+    """Forward the update's rows as a prefix tree (``models.prefix_tree``): tokens that rows
+    share from their start (the system prompt, a group's question, a search two samples made
+    alike) go through the model once, with grad, and the rows' own tokens run on their keys and
+    values; the same logprobs and gradient as ``micro_batch_size`` rows at a time, in fewer
+    tokens (``train/positions_forwarded``). Text rows of an HF causal LM; images and the
+    entropy bonus take the micro-batch path."""
     update_minibatch_size: int | None = None
     """Rows (episodes) per optimizer step: the step's rows are cut in order into mini-batches
     of this size, one optimizer step each; None = one step on all of them. Search-R1 (verl's

@@ -122,6 +122,8 @@ NOTES: dict[str, str] = {
                     "lr/warmup: one step apart; with several optimizer steps a step, OpenRLHF "
                     "ramps within the steps)",
     "micro_batch_size": "`--train.micro_batch_size` (per GPU) unless `micro_batch_size` is set",
+    "shared_prefix": "not applicable: how agentsearch's own update forwards its rows (the same "
+                     "gradient); OpenRLHF's actor forwards every sample whole (packed)",
     "replay.kind": "the trainer's replay strategy (`ppo_trainer.py`); `none` = OpenRLHF's own "
                    "step",
     "replay.k_rep": "`--rollout.batch_size = prompts_per_step + k_rep` slots; empty slots are "
