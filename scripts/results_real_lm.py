@@ -232,6 +232,12 @@ def rl2(key: str, step: int, record: str = RL2):
     return lambda root: F.run_metric(root / record, key, step)
 
 
+def gain(step: int, record: str = RL2):
+    """RL's points of dev EM in ``record``: the eval at ``step`` over the warm start's (step 0)."""
+    return lambda root: 100 * (rl2("eval/mean_at_n", step, record)(root)
+                               - rl2("eval/mean_at_n", 0, record)(root))
+
+
 def _rl2_eval_over_step(fn, record: str = RL2):
     def value(root: Path) -> float:
         rows = F.json_lines(root / record / "metrics.jsonl")
@@ -262,8 +268,7 @@ def _rl2_rows(warm: str, after: str, record: str = RL2) -> list:
 
 _WARM2 = "| warm start (24 SFT steps, 936.1 s) | 0.817 | 0.874 | 0.743 | 0.625 |"
 _AFTER2 = "| after RL (64 steps, 7,211 s) | 0.927 | 0.949 | 0.843 | 0.969 |"
-_GAIN2 = [("11.0", lambda root: 100 * (rl2("eval/mean_at_n", 64)(root)
-                                       - rl2("eval/mean_at_n", 0)(root)))]
+_GAIN2 = [("11.0", gain(64))]
 _EVAL2 = [("1.7", _rl2_eval_over_step(min)), ("1.9", _rl2_eval_over_step(max))]
 REAL_LM_FIGURES += [
     *[f for quote, pairs in _rl2_rows(_WARM2, _AFTER2) for f in group(README_, quote, RL2, pairs)],
@@ -290,8 +295,7 @@ REAL_LM_FIGURES += [
 RL2B = R + "real_lm/rl-v2-seed1/"
 _WARM2B = "| seed 1: warm start (24 SFT steps, 856.3 s) | 0.830 | 0.854 | 0.729 | 0.906 |"
 _AFTER2B = "| seed 1: after RL (58 steps, 7,252 s) | 0.910 | 0.919 | 0.886 | 0.906 |"
-_GAIN2B = [("8.0", lambda root: 100 * (rl2("eval/mean_at_n", 58, RL2B)(root)
-                                      - rl2("eval/mean_at_n", 0, RL2B)(root)))]
+_GAIN2B = [("8.0", gain(58, RL2B))]
 REAL_LM_FIGURES += [
     *[f for quote, pairs in _rl2_rows(_WARM2B, _AFTER2B, RL2B)
       for f in group(RL, quote, RL2B, pairs)],
@@ -329,23 +333,29 @@ def _per_token_update_ms(record: str):
     return value
 
 
-for _quote, _step in (("| warm start (the second recipe's) | 0.830 |", 0),
-                      ("| step 20 (2,266 s) | 0.870 |", 20), ("| step 40 (4,627 s) | 0.890 |", 40),
-                      ("| step 60 (6,742 s) | 0.890 |", 60),
-                      ("| after RL (65 steps, 7,216 s) | 0.920 |", 65)):
-    _line = next(t for t in (Path(__file__).resolve().parents[1] / RL).read_text().splitlines()
-                 if t.startswith(_quote))
-    _shown = [c.strip() for c in _line.strip("| ").split(" | ")[1:]]
-    REAL_LM_FIGURES += group(RL, _line, RL3B, [
-        (v, rl2(k, _step, RL3B)) for v, k in zip(_shown, EM_KEYS, strict=True)])
-    if _step:
-        _secs = _quote.split("(")[1].split(" s)")[0].split(", ")[-1]
-        REAL_LM_FIGURES += group(RL, _line, RL3B, [
-            (_secs, rl2("time/train_cumulative", _step, RL3B))])
+def _table(record: str, rows) -> list:
+    """Figures of a per-step table in real_lm.md: each (row start, step) row's EM columns
+    (EM_KEYS) and, past step 0, the training seconds in its label, from ``record``."""
+    lines = (Path(__file__).resolve().parents[1] / RL).read_text().splitlines()
+    out = []
+    for quote, step in rows:
+        line = next(t for t in lines if t.startswith(quote))
+        shown = [c.strip() for c in line.strip("| ").split(" | ")[1:]]
+        out += group(RL, line, record, [(v, rl2(k, step, record))
+                                        for v, k in zip(shown, EM_KEYS, strict=True)])
+        if step:
+            secs = quote.split("(")[1].split(" s)")[0].split(", ")[-1]
+            out += group(RL, line, record, [(secs, rl2("time/train_cumulative", step, record))])
+    return out
+
+
+REAL_LM_FIGURES += _table(RL3B, (
+    ("| warm start (the second recipe's) | 0.830 |", 0), ("| step 20 (2,266 s) | 0.870 |", 20),
+    ("| step 40 (4,627 s) | 0.890 |", 40), ("| step 60 (6,742 s) | 0.890 |", 60),
+    ("| after RL (65 steps, 7,216 s) | 0.920 |", 65)))
 REAL_LM_FIGURES += [
     *group(RL, "RL added 9.0 points: more than the second recipe's 8.0", (RL3B, RL2B), [
-        ("9.0", lambda root: 100 * (rl2("eval/mean_at_n", 65, RL3B)(root)
-                                    - rl2("eval/mean_at_n", 0, RL3B)(root))),
+        ("9.0", gain(65, RL3B)),
         ("8.0", _GAIN2B[0][1])]),
     *group(RL, "(median step 105.8 s against 125.2 s: 65 steps", (RL3B, RL2B), [
         ("105.8", run_median("time/step", RL3B)), ("125.2", run_median("time/step", RL2B)),
@@ -364,5 +374,4 @@ REAL_LM_FIGURES += [
                                    for r in F.json_lines(root / RL3B / "metrics.jsonl")))]),
 ]
 REAL_LM_FIGURES += group(README_, "the trainer in bf16 at lr 2e-4 on seed 1: +9.0", RL3B, [
-    ("9.0", lambda root: 100 * (rl2("eval/mean_at_n", 65, RL3B)(root)
-                                - rl2("eval/mean_at_n", 0, RL3B)(root)))])
+    ("9.0", gain(65, RL3B))])
