@@ -15,6 +15,7 @@ policy tokens, and returns one ``[n, T]`` float32 CPU tensor per group.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -186,6 +187,27 @@ def _effective_lengths(group_mask: Tensor) -> Tensor:
             else torch.zeros(group_mask.shape[0], dtype=torch.long))
 
 
+def scored_rows(groups: Sequence[Any]) -> list[tuple[int, int, int]]:
+    """``(length, group index, row index)`` of every row a score_fn scores: each row cut
+    after its last policy token (later tokens cannot change earlier logprobs); rows of
+    length <= 1 are left out (position 0 is never scored)."""
+    return [(length, gi, ri) for gi, g in enumerate(groups)
+            for ri, length in enumerate(_effective_lengths(g.action_mask).tolist())
+            if length > 1]
+
+
+@contextmanager
+def scoring(model: nn.Module):
+    """Eval mode under ``torch.no_grad()``; the model's previous mode comes back after."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
 def make_score_fn(model: nn.Module, *, device: Any = None, max_batch_tokens: int = 16384,
                   temperature: float = 1.0, chunk_tokens: int = DEFAULT_CHUNK_TOKENS):
     """A ``score_fn(groups) -> [Tensor [n, T]]`` of current-policy logprobs for replay.
@@ -206,42 +228,32 @@ def make_score_fn(model: nn.Module, *, device: Any = None, max_batch_tokens: int
 
     def score_fn(groups: Sequence[Any]) -> list[Tensor]:
         outs = [torch.zeros(g.token_ids.shape, dtype=torch.float32) for g in groups]
-        rows = []  # (length, group index, row index)
-        for gi, g in enumerate(groups):
-            for ri, length in enumerate(_effective_lengths(g.action_mask).tolist()):
-                if length > 1:  # position 0 is never scored
-                    rows.append((length, gi, ri))
-        rows.sort(key=lambda r: -r[0])
+        rows = sorted(scored_rows(groups), key=lambda r: -r[0])
         batches, start = [], 0
         while start < len(rows):
             longest = rows[start][0]
             size = max(1, min(len(rows) - start, max_batch_tokens // longest))
             batches.append(rows[start:start + size])
             start += size
-        was_training = model.training
-        model.eval()
-        try:
-            with torch.no_grad():
-                for batch in batches:
-                    L = batch[0][0]
-                    ids = torch.zeros(len(batch), L, dtype=torch.long)
-                    attn = torch.zeros(len(batch), L, dtype=torch.long)
-                    tmask = torch.zeros(len(batch), L, dtype=torch.bool)
-                    for b, (length, gi, ri) in enumerate(batch):
-                        ids[b, :length] = groups[gi].token_ids[ri, :length]
-                        attn[b, :length] = 1
-                        tmask[b, :length] = groups[gi].action_mask[ri, :length]
-                    pixels = batch_pixels(model, ids,
-                                          [groups[gi].pixel_values[ri] if groups[gi].pixel_values
-                                           else None for _, gi, ri in batch], device)
-                    lp = token_logprobs(model, ids.to(device), attn.to(device),
-                                        temperature=temperature, chunk_tokens=chunk_tokens,
-                                        target_mask=tmask.to(device),
-                                        pixel_values=pixels).float().cpu()
-                    for b, (length, gi, ri) in enumerate(batch):
-                        outs[gi][ri, :length] = lp[b, :length]
-        finally:
-            model.train(was_training)
+        with scoring(model):
+            for batch in batches:
+                L = batch[0][0]
+                ids = torch.zeros(len(batch), L, dtype=torch.long)
+                attn = torch.zeros(len(batch), L, dtype=torch.long)
+                tmask = torch.zeros(len(batch), L, dtype=torch.bool)
+                for b, (length, gi, ri) in enumerate(batch):
+                    ids[b, :length] = groups[gi].token_ids[ri, :length]
+                    attn[b, :length] = 1
+                    tmask[b, :length] = groups[gi].action_mask[ri, :length]
+                pixels = batch_pixels(model, ids,
+                                      [groups[gi].pixel_values[ri] if groups[gi].pixel_values
+                                       else None for _, gi, ri in batch], device)
+                lp = token_logprobs(model, ids.to(device), attn.to(device),
+                                    temperature=temperature, chunk_tokens=chunk_tokens,
+                                    target_mask=tmask.to(device),
+                                    pixel_values=pixels).float().cpu()
+                for b, (length, gi, ri) in enumerate(batch):
+                    outs[gi][ri, :length] = lp[b, :length]
         return outs
 
     return score_fn

@@ -33,9 +33,10 @@ from torch.utils.checkpoint import checkpoint
 
 from agentsearch.models.logprobs import (
     _body_and_head,
-    _effective_lengths,
     _head_logprobs,
     make_score_fn,
+    scored_rows,
+    scoring,
 )
 
 __all__ = ["Segment", "build_tree", "tree_tokens", "supports_tree", "tree_backward",
@@ -148,6 +149,10 @@ def tree_backward(model: nn.Module, ids: Sequence[Tensor], masks: Sequence[Tenso
                 grads.append(torch.ones_like(loss))
         if seg.children:
             full = [(layer.keys, layer.values) for layer in cache.layers]  # [1, kvh, start+n, d]
+            if not torch.is_grad_enabled():  # scoring: the children read the context as is
+                for child in seg.children:
+                    visit(child, full, path_lp, hidden[-1])
+                return
             leaves = [(k.detach().requires_grad_(), v.detach().requires_grad_()) for k, v in full]
             lp_leaf = path_lp.detach().requires_grad_()
             h_leaf = hidden[-1].detach().requires_grad_()
@@ -177,25 +182,16 @@ def make_tree_score_fn(model: nn.Module, *, temperature: float = 1.0):
         if any(g.pixel_values is not None for g in groups) or not supports_tree(model):
             return batched(groups)
         outs = [torch.zeros(g.token_ids.shape, dtype=torch.float32) for g in groups]
-        where, ids, masks = [], [], []   # (group, row, length) per scored row
-        for gi, g in enumerate(groups):
-            for ri, length in enumerate(_effective_lengths(g.action_mask).tolist()):
-                if length > 1:  # position 0 is never scored
-                    where.append((gi, ri, length))
-                    ids.append(g.token_ids[ri, :length].long())
-                    masks.append(g.action_mask[ri, :length].bool())
+        rows = scored_rows(groups)
+        ids = [groups[gi].token_ids[ri, :length].long() for length, gi, ri in rows]
+        masks = [groups[gi].action_mask[ri, :length].bool() for length, gi, ri in rows]
 
         def keep(i: int, lp: Tensor) -> None:
-            gi, ri, length = where[i]
+            length, gi, ri = rows[i]
             outs[gi][ri, :length] = lp.float().cpu()
 
-        was_training = model.training
-        model.eval()
-        try:
-            with torch.no_grad():
-                tree_backward(model, ids, masks, keep, temperature=temperature)
-        finally:
-            model.train(was_training)
+        with scoring(model):
+            tree_backward(model, ids, masks, keep, temperature=temperature)
         return outs
 
     return score_fn
