@@ -174,3 +174,39 @@ def test_the_kept_bf16_run_raises_no_sync_alarm_on_its_rounding():
     assert sum(o["health/logprob_gap_jumps"] for o, _ in out) == 0
     jump = _run(mon, [{**GOOD, "rollout/logprob_gap": 10 * max(mon.gaps)}])
     assert jump[0][0]["health/logprob_gap_jumps"] == 1
+
+
+ROOT = Path(__file__).resolve().parents[1]
+BF16_RUNS = ["rl-v2-seed0", "rl-v2-seed1", "rl-v3-seed1", "rl-v4-seed1"]  # every sync made, bf16 engine
+
+
+@pytest.mark.parametrize("record", BF16_RUNS)
+def test_the_monitor_a_kept_bf16_run_gets_stays_quiet_on_rounding_and_sees_a_stale_engine(record):
+    """Each kept SmolLM2 run on the bf16 engine, replayed through the monitor ``build_health``
+    makes from its own config.yaml (2 jumps in a row under a bf16 engine), raises no sync
+    alarm; the same run with the engine left behind from step 20 on (each step's gap grows
+    by one missed sync's ~1e-2, measured under an lr 1e-4 step) alarms within 3 steps."""
+    from agentsearch.core.config import apply_overrides
+    from agentsearch.trainer.setup import build_health
+    from agentsearch.trainer.train_config import TrainConfig
+
+    run = ROOT / "docs/results/real_lm" / record
+    cfg = apply_overrides(TrainConfig, str(run / "config.yaml"), [])
+    gaps = [r["rollout/logprob_gap"] for r in map(json.loads, (run / "metrics.jsonl").open())
+            if "rollout/logprob_gap" in r]
+    assert len(gaps) > 50 and build_health(cfg).thresholds["sampler_sync"] == 2
+    out = _run(build_health(cfg), [{**GOOD, "rollout/logprob_gap": g} for g in gaps])
+    assert [i for i, (o, w) in enumerate(out) if w] == []
+    stale = [g + 1e-2 * max(0, i - 19) for i, g in enumerate(gaps)]
+    out = _run(build_health(cfg), [{**GOOD, "rollout/logprob_gap": g} for g in stale])
+    first = next(i for i, (o, w) in enumerate(out) if w)
+    assert 20 <= first <= 22 and "logprobs jumped" in out[first][1][0]
+
+
+def test_an_fp32_engine_alarms_on_one_jump():
+    """The tiny default (HF backend, fp32) keeps gap_steps 1: a failed sync shows at once."""
+    from agentsearch.trainer.setup import build_health
+    from agentsearch.trainer.train_config import TrainConfig
+
+    assert build_health(TrainConfig()).thresholds["sampler_sync"] == 1
+

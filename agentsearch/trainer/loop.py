@@ -70,13 +70,13 @@ from agentsearch.trainer.checkpoint import (
 )
 from agentsearch.trainer.episode_log import EpisodeLog
 from agentsearch.trainer.eval import eval_envs, eval_settings, evaluate
-from agentsearch.trainer.health import HealthMonitor
 from agentsearch.trainer.metrics import MetricsLogger, progress_line
 from agentsearch.trainer.rollouts import StepRollouts, fresh_groups
 from agentsearch.trainer.setup import (
     TaskSampler,
     build_backend,
     build_envs,
+    build_health,
     build_policy,
     build_replay,
     preflight,
@@ -119,7 +119,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
         group["betas"] = tuple(cfg.adam_betas)
     replay = build_replay(cfg)
     # health/* alarms: a run that learns nothing says so
-    health = HealthMonitor(replay_kind=cfg.replay.kind)
+    health = build_health(cfg)
     n_episodes = (cfg.prompts_per_step + cfg.async_.oversample) * cfg.group_size
     envs = build_envs(cfg, n_episodes, split="train")
     events.own(envs)  # their tools and retriever clients close with the loop

@@ -18,11 +18,12 @@ from agentsearch.envs.registration import make_env
 from agentsearch.envs.tools.latency import LatencyTool, ToolService
 from agentsearch.envs.tools.retrieval import preflight
 from agentsearch.models.lora import apply_lora, continue_adapter, is_adapter, merge_adapter
+from agentsearch.trainer.health import HealthMonitor
 from agentsearch.trainer.train_config import TrainConfig
 
-__all__ = ["resolve_device", "build_policy", "build_backend", "build_envs",
-           "build_replay", "TaskSampler", "LatencyTool", "seed_everything", "preflight",
-           "policy_tokenizer"]
+__all__ = ["resolve_device", "build_policy", "engine_dtype", "build_health", "build_backend",
+           "build_envs", "build_replay", "TaskSampler", "LatencyTool", "seed_everything",
+           "preflight", "policy_tokenizer"]
 
 
 def seed_everything(seed: int) -> None:
@@ -122,6 +123,22 @@ def _finish_policy(cfg: TrainConfig, model, tok):
     return model, tok
 
 
+def engine_dtype(cfg: TrainConfig) -> str:
+    """The generation engine's weights dtype: ``generation.vllm_dtype``, ``auto`` being the
+    policy's (an HF backend generates with the policy itself)."""
+    chosen = cfg.generation.vllm_dtype if cfg.generation.backend == "vllm" else "auto"
+    return str(resolve_device(cfg)[1]).replace("torch.", "") if chosen == "auto" else chosen
+
+
+def build_health(cfg: TrainConfig) -> HealthMonitor:
+    """The run's ``health/*`` monitor. Under a bf16/fp16 engine one step's logprob gap is
+    rounding as often as not (SmolLM2 run rl-v4-seed1: 1.5e-5 to 1.2e-2 over 200 steps, every
+    sync made), as large as one missed sync's ~1e-2, so the sync alarm waits for 2 jumps in a
+    row (a failed sync keeps failing); an fp32 engine agrees to ~1e-6 and alarms at once."""
+    reduced = engine_dtype(cfg) in ("bfloat16", "float16")
+    return HealthMonitor(replay_kind=cfg.replay.kind, gap_steps=2 if reduced else 1)
+
+
 def build_backend(cfg: TrainConfig, model, tok):
     """The generation backend named by ``generation.backend``."""
     if cfg.generation.backend == "hf":
@@ -136,10 +153,7 @@ def build_backend(cfg: TrainConfig, model, tok):
                           "(on GPUs vLLM serves Qwen2.5-VL / SmolVLM, not wired up yet)")
     from agentsearch.rollout.vllm import VLLMBackend
 
-    device, dtype = resolve_device(cfg)
-    engine_dtype = cfg.generation.vllm_dtype
-    return VLLMBackend(model, tok, dtype=(str(dtype).replace("torch.", "") if engine_dtype == "auto"
-                                          else engine_dtype),
+    return VLLMBackend(model, tok, dtype=engine_dtype(cfg),
                        max_model_len=cfg.max_seq_len + cfg.generation.max_new_tokens, seed=cfg.seed,
                        max_lora_rank=cfg.lora.r, kv_cache_gb=cfg.generation.vllm_kv_cache_gb,
                        gpu_memory_utilization=cfg.generation.vllm_gpu_memory_utilization,
