@@ -29,19 +29,21 @@ def main(out: Path = RESULTS / "learning.png") -> Path:
 
     runs = sorted(p for p in RESULTS.glob("rl-*") if (p / "metrics.jsonl").exists())
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    styles = ["-", "--", ":", "-."]
+    styles = ["-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1))]  # one per run (right panel)
     for i, run in enumerate(runs):
         ev = evals(run)
         hours = [r.get("time/train_cumulative", 0.0) / 3600 for r in ev]
-        ax1.plot(hours, [r["eval/mean_at_n"] for r in ev], styles[i % 4] + "o", color=f"C{i}",
-                 lw=2, ms=4, label=f"{run.name} (warm start {ev[0]['eval/mean_at_n']:.3f})")
+        style = dict(ls=styles[i % len(styles)], marker="o")
+        ax1.plot(hours, [r["eval/mean_at_n"] for r in ev], **style, color=f"C{i}", lw=2, ms=4,
+                 label=f"{run.name} (warm start {ev[0]['eval/mean_at_n']:.3f})")
         for j, typ in enumerate(TYPES):
             ax2.plot(hours, [r.get(f"eval/{typ}/mean_at_n", float("nan")) for r in ev],
-                     styles[i % 4] + "o", color=f"C{j + 4}", lw=1.5, ms=3,
+                     **style, color=f"C{j + 5}", lw=1.5, ms=3,
                      label=typ if i == 0 else None)
     if runs:
         first = evals(runs[0])[0]["eval/mean_at_n"]
-        ax1.axhline(first + 0.10, color="0.5", lw=1, ls=":", label="+10 pts over warm start")
+        ax1.axhline(first + 0.10, color="0.5", lw=1, ls=":",
+                    label=f"+10 pts over {runs[0].name}'s warm start")
     ax1.set_xlabel("RL training wall-clock (h; eval excluded)")
     ax1.set_ylabel("greedy dev EM (300 questions)")
     ax1.legend(fontsize=7, loc="lower right")

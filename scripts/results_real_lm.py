@@ -277,16 +277,12 @@ REAL_LM_FIGURES += [
       for f in group(RL, quote, RL2, pairs)],
     *group(README_, "+11.0 points on seed 0", RL2, _GAIN2),
     *group(RL, "Seed 0: RL added 11.0 points", RL2, _GAIN2),
-    *group(README_, "an eval of 300 questions costs 1.7-1.9 RL steps", RL2, _EVAL2),
     *group(RL, "took\n184.2-207.7 s, 1.7-1.9 median steps", RL2, [
         ("184.2", lambda r: min(x for x in [rl2("time/eval", s)(r) for s in (20, 40, 60, 64)])),
         ("207.7", lambda r: max(x for x in [rl2("time/eval", s)(r) for s in (20, 40, 60, 64)])),
         *_EVAL2]),
     *group(README_, "The run's fp16 adapter (9.8 MB)", RL2, [
         ("9.8", _adapter_mb(RL2))]),
-    *group(README_, "the first recipe, groups of 4 and an fp32 engine: +8.3", RL0, [
-        ("8.3", lambda root: 100 * (rl0("eval/mean_at_n", 66)(root)
-                                    - rl0("eval/mean_at_n", 0)(root)))]),
     *group(RL, "peak RSS (vLLM engine and index\nin process) was 7.01 GB", RL2, [
         ("7.01", lambda root: max(r.get("sys/peak_rss_gb", 0)
                                   for r in F.json_lines(root / RL2 / "metrics.jsonl")))]),
@@ -373,5 +369,77 @@ REAL_LM_FIGURES += [
         ("11.38", lambda root: max(r.get("sys/peak_rss_gb", 0)
                                    for r in F.json_lines(root / RL3B / "metrics.jsonl")))]),
 ]
-REAL_LM_FIGURES += group(README_, "the trainer in bf16 at lr 2e-4 on seed 1: +9.0", RL3B, [
-    ("9.0", gain(65, RL3B))])
+
+RL4B = R + "real_lm/rl-v4-seed1/"
+
+
+def _rl4_rows(key: str) -> list[float]:
+    """``key`` over the fourth design's RL steps (step > 0), in order."""
+    return lambda root: [r[key] for r in F.json_lines(root / RL4B / "metrics.jsonl")
+                         if r["step"] > 0 and key in r]
+
+
+def _rl4_evals(agg):
+    """``agg`` of the fourth design's eval seconds (steps 20..200)."""
+    return lambda root: agg(_rl4_rows("time/eval")(root)[i] for i in range(19, 200, 20))
+
+
+REAL_LM_FIGURES += _table(RL4B, (
+    ("| warm start (the second recipe's) | 0.830 | 0.859 |", 0), ("| step 20 (992 s) |", 20),
+    ("| step 40 (2,023 s) |", 40), ("| step 80 (3,453 s) |", 80), ("| step 120 (4,782 s) |", 120),
+    ("| step 160 (6,143 s) |", 160), ("| after RL (200 steps, 7,197 s) |", 200)))
+_GAIN4B = [("10.3", gain(200, RL4B))]
+REAL_LM_FIGURES += [
+    *group(RL, "RL added 10.3 points on seed 1, past the target of 10 (the second recipe: 8.0",
+           (RL4B, RL2B),
+           [*_GAIN4B, _GAIN2B[0]]),
+    *group(RL, "(0.877 at step 20 against 0.873, 0.890 at step 40\nagainst 0.897)", (RL4B, RL2B), [
+        ("0.877", rl2("eval/mean_at_n", 20, RL4B)), ("0.873", rl2("eval/mean_at_n", 20, RL2B)),
+        ("0.890", rl2("eval/mean_at_n", 40, RL4B)), ("0.897", rl2("eval/mean_at_n", 40, RL2B))]),
+    *group(RL, "a median step of 33.7 s against 125.2 s", (RL4B, RL2B), [
+        ("33.7", run_median("time/step", RL4B)), ("125.2", run_median("time/step", RL2B))]),
+    *group(RL, "reached its 200-step cap 3 s before its 2 h budget", RL4B, [
+        ("200", lambda root: len(_rl4_rows("time/step")(root))),
+        ("3", lambda root: 7200 - rl2("time/train_cumulative", 200, RL4B)(root))]),
+    *group(RL, "fell from a median 61.1 ms to 15.0 ms (4.1x) on a median 2.07", (RL4B, RL2B), [
+        ("61.1", _per_token_update_ms(RL2B)), ("15.0", _per_token_update_ms(RL4B)),
+        ("4.1", lambda root: _per_token_update_ms(RL2B)(root) / _per_token_update_ms(RL4B)(root)),
+        ("2.07", lambda root: __import__("statistics").median(
+            p / t for p, t in zip(_rl4_rows("train/positions_forwarded")(root),
+                                  _rl4_rows("train/tokens_forwarded")(root), strict=True)))]),
+    *group(RL, "(2,907 of\n7,197 s) and generation, a median 18.1 s", RL4B, [
+        ("2,907", lambda root: sum(_rl4_rows("time/update")(root))),
+        ("7,197", rl2("time/train_cumulative", 200, RL4B)),
+        ("18.1", run_median("time/generate", RL4B))]),
+    *group(RL, "took 170.0-246.2 s, 5.1-7.3 median steps", RL4B, [
+        ("170.0", _rl4_evals(min)), ("246.2", _rl4_evals(max)),
+        ("5.1", lambda root: _rl4_evals(min)(root) / run_median("time/step", RL4B)(root)),
+        ("7.3", lambda root: _rl4_evals(max)(root) / run_median("time/step", RL4B)(root))]),
+    *group(RL, "(5.21\nGB at step 1, 7.53 GB at step 151; 7.63 GB", RL4B, [
+        ("5.21", rl2("sys/peak_rss_gb", 1, RL4B)), ("7.53", rl2("sys/peak_rss_gb", 151, RL4B)),
+        ("7.63", lambda root: max(_rl4_rows("sys/peak_rss_gb")(root)))]),
+    *group(RL, "fired at 10 steps (64 to 195; gaps 0.0016-0.0121 nats)", RL4B, [
+        ("10", lambda root: sum(1 for r in F.json_lines(root / RL4B / "metrics.jsonl")
+                                if r.get("health/logprob_gap_jumps", 0) == 1)),
+        ("0.0016", lambda root: min(g for g, n in zip(_rl4_rows("rollout/logprob_gap")(root),
+                                                      _rl4_rows("health/logprob_gap_jumps")(root),
+                                                      strict=True) if n > 0)),
+        ("0.0121", lambda root: max(g for g, n in zip(_rl4_rows("rollout/logprob_gap")(root),
+                                                      _rl4_rows("health/logprob_gap_jumps")(root),
+                                                      strict=True) if n > 0))]),
+    *group(RL, "a step's gap ranges 1.5e-5 to 0.0123 nats here", RL4B, [
+        ("1.5e-5", lambda root: min(_rl4_rows("rollout/logprob_gap")(root))),
+        ("0.0123", lambda root: max(_rl4_rows("rollout/logprob_gap")(root)))]),
+    *group(README_, "An eval of 300 questions costs 5-7 of those steps", RL4B, [
+        ("5", lambda root: _rl4_evals(min)(root) / run_median("time/step", RL4B)(root)),
+        ("7", lambda root: _rl4_evals(max)(root) / run_median("time/step", RL4B)(root))]),
+    *group(README_, "gives +10.3 on seed 1 (0.830 -> 0.933", RL4B, [
+        *_GAIN4B, ("0.830", rl2("eval/mean_at_n", 0, RL4B)),
+        ("0.933", rl2("eval/mean_at_n", 200, RL4B))]),
+    *group(README_, "a median RL step of 33.7 s against 125.2 s, 200 steps in the 2 h against 58",
+           (RL4B, RL2B), [
+        ("33.7", run_median("time/step", RL4B)), ("125.2", run_median("time/step", RL2B)),
+        ("200", lambda root: len(_rl4_rows("time/step")(root))),
+        ("58", rl2("step", 58, RL2B))]),
+    *group(RL, "gave +10.3 on seed 1, its seed 0 owed", RL4B, _GAIN4B),
+]
