@@ -443,3 +443,6 @@ REAL_LM_FIGURES += [
         ("58", rl2("step", 58, RL2B))]),
     *group(RL, "gave +10.3 on seed 1, its seed 0 owed", RL4B, _GAIN4B),
 ]
+REAL_LM_FIGURES += group("docs/from-trl.md", "about 4x less update time per policy token",
+                         (RL4B, RL2B), [
+    ("4", lambda root: _per_token_update_ms(RL2B)(root) / _per_token_update_ms(RL4B)(root))])

@@ -177,7 +177,7 @@ def test_the_kept_bf16_run_raises_no_sync_alarm_on_its_rounding():
 
 
 ROOT = Path(__file__).resolve().parents[1]
-BF16_RUNS = ["rl-v2-seed0", "rl-v2-seed1", "rl-v3-seed1", "rl-v4-seed1"]  # every sync made, bf16 engine
+BF16_RUNS = ["rl-v2-seed0", "rl-v2-seed1", "rl-v3-seed1", "rl-v4-seed1"]  # bf16, every sync made
 
 
 @pytest.mark.parametrize("record", BF16_RUNS)
