@@ -281,7 +281,7 @@ def recording_hdr(monkeypatch):
     drift with ``policy_drift`` on logprobs from its own ``make_score_fn`` of the live model (one
     row per batch, unlike the loop's scorer); it records which groups the buffer scored (in
     order) and what ``select`` returned."""
-    import agentsearch.trainer.loop as loop_mod
+    import agentsearch.trainer.start as start_mod  # the loop's scorer is built there
     from agentsearch.models.logprobs import make_score_fn
     from agentsearch.replay import (
         HeadroomDriftBuffer,
@@ -291,13 +291,13 @@ def recording_hdr(monkeypatch):
     )
 
     live, scans = {}, []
-    real_make_score_fn = loop_mod.make_score_fn
+    real_make_score_fn = start_mod.make_score_fn
 
     def spy(model, **kwargs):  # the loop builds its scorer once, on the policy it trains
         live.update(model=model, temperature=kwargs.get("temperature", 1.0))
         return real_make_score_fn(model, **kwargs)
 
-    monkeypatch.setattr(loop_mod, "make_score_fn", spy)
+    monkeypatch.setattr(start_mod, "make_score_fn", spy)
 
     class RecordingHDR(HeadroomDriftBuffer):
         def select(self, score_fn, step):

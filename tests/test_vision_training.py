@@ -103,7 +103,7 @@ def test_tiny_vision_trains_end_to_end_and_resumes_exactly(tmp_path):
 
     from safetensors.torch import load_file
 
-    from agentsearch.trainer.loop import main as train_main
+    from agentsearch.cli.commands import train_main
 
     # both runs pretrain the same way
     over = ["sft.steps=5", "sft.episodes=40", "eval.limit=16", "eval.every=1", "prompts_per_step=4",

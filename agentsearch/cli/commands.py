@@ -40,9 +40,43 @@ def cmd_demo(a) -> int:
 
 
 def cmd_train(a) -> int:
-    from agentsearch.trainer.loop import main as train_main
-
     return train_main(preset=a.preset, out=a.out, overrides=a.overrides, resume=a.resume)
+
+
+def train_main(preset: str, out: str | None, overrides: list[str],
+               resume: str | None = None) -> int:
+    """``agentsearch train``: preset + overrides, or ``--resume RUN_DIR``."""
+    import json
+    import logging
+    import math
+    from pathlib import Path
+
+    from agentsearch.core.config import ConfigError, apply_overrides
+    from agentsearch.core.provenance import tree_state
+    from agentsearch.trainer.loop import train
+    from agentsearch.trainer.train_config import TrainConfig
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per retrieval request
+    if resume:
+        run_dir = Path(resume)
+        if not (run_dir / "config.yaml").exists():
+            raise ConfigError(f"--resume {resume}: no config.yaml there (is it a run folder?)")
+        cfg = apply_overrides(TrainConfig, str(run_dir / "config.yaml"), overrides)
+    else:
+        if not out:
+            raise ConfigError("--out RUN_DIR is required (or --resume RUN_DIR)")
+        run_dir = Path(out)
+        cfg = apply_overrides(TrainConfig, preset, overrides)
+    # resume ignores --preset
+    source = f"resume={run_dir / 'config.yaml'}" if resume else f"preset={preset}"
+    tree = tree_state()
+    logging.getLogger("agentsearch.train").info(
+        "agentsearch train: %s git=%s%s run=%s", source, tree["git"][:7],
+        " (uncommitted changes)" if tree["dirty"] else "", run_dir)
+    final = train(cfg, run_dir, resume=bool(resume))
+    print(json.dumps({k: v for k, v in final.items() if not math.isnan(v)}, indent=1))
+    return 0
 
 
 def cmd_eval(a) -> int:

@@ -23,54 +23,31 @@ One step (the phase names are the ``time/*`` keys):
 6. ``sync``: the new weights go to the generation engine.
 7. metrics, then (excluded from training time) ``eval`` and ``checkpoint``.
 
-Design notes: helpers live in ``setup.py`` (building things), ``rollouts.py`` (phases 1-2),
+Design notes: helpers live in ``setup.py`` (building things), ``start.py`` (the run folder,
+the resume, the warm start, the KL reference), ``rollouts.py`` (phases 1-2),
 ``agentsearch.algorithms`` (groups, losses, the update), ``agentsearch.warmstart`` (SFT);
 the replay strategies in ``agentsearch.replay``. ``train()`` returns the final metrics.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import math
-import resource
-import time
 from functools import partial
 from pathlib import Path
 
-import torch
-
 from agentsearch.algorithms.grouping import drop_zero_signal
-from agentsearch.algorithms.optim import make_optimizer
 from agentsearch.algorithms.update import policy_update, rows_of
-from agentsearch.core.config import ConfigError, apply_overrides, dump, to_dict
+from agentsearch.core.config import to_dict
 from agentsearch.core.failpoints import crash_point
 from agentsearch.core.progress import Progress
-from agentsearch.core.provenance import stamp_run, tree_state
 from agentsearch.core.reliability import OutageError, outages
-from agentsearch.models.logprobs import make_score_fn, token_logprobs
-from agentsearch.models.lora import (
-    count_parameters,
-    frozen_reference,
-    is_adapter,
-    reference_policy,
-    save_adapter,
-)
-from agentsearch.models.prefix_tree import make_tree_score_fn
+from agentsearch.models.lora import count_parameters
 from agentsearch.rollout import EventLoop
 from agentsearch.rollout.events import worker_thread
-from agentsearch.trainer.checkpoint import (
-    latest_checkpoint,
-    load_checkpoint,
-    load_reference,
-    save_checkpoint,
-    save_final,
-    save_reference,
-    set_rng_state,
-)
+from agentsearch.trainer.checkpoint import save_checkpoint, save_final, set_rng_state
 from agentsearch.trainer.episode_log import EpisodeLog
 from agentsearch.trainer.eval import eval_envs, eval_settings, evaluate
-from agentsearch.trainer.metrics import MetricsLogger, progress_line
+from agentsearch.trainer.metrics import MetricsLogger, memory_metrics, progress_line
 from agentsearch.trainer.rollouts import StepRollouts, fresh_groups
 from agentsearch.trainer.setup import (
     TaskSampler,
@@ -80,14 +57,19 @@ from agentsearch.trainer.setup import (
     build_policy,
     build_replay,
     preflight,
-    seed_everything,
+)
+from agentsearch.trainer.start import (
+    CountingScorer,
+    build_optimizer,
+    open_run,
+    resume_run,
+    warm_start_run,
 )
 from agentsearch.trainer.timing import PhaseTimer
 from agentsearch.trainer.train_config import TrainConfig
-from agentsearch.warmstart.stages import warm_start
 
 log = logging.getLogger("agentsearch.train")
-__all__ = ["train", "main"]
+__all__ = ["train"]
 
 
 def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
@@ -101,25 +83,13 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
 
 def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
            quiet: bool) -> dict:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    dump(cfg, run_dir / "config.yaml")
-    stamp_run(run_dir)  # provenance.json: the revision, clean or not, the machine (each start)
-    seed_everything(cfg.seed)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    outages.configure(budget_s=cfg.reliability.outage_budget_s,
-                      warn_every_s=cfg.reliability.warn_every_s)
+    open_run(cfg, run_dir)  # config.yaml, provenance, seeds, threads, outage budget
 
-    # --- policy, optimizer, replay, generation engine, environments
+    # --- policy, optimizer, replay, health, environments; the checkpoint; the warm start
     model, tok = build_policy(cfg)
-    optimizer, scheduler = make_optimizer(model, cfg.lr, weight_decay=cfg.weight_decay,
-                                          warmup_steps=cfg.warmup_steps)
-    # make_optimizer's betas are the warm start's; RL's are set
-    for group in optimizer.param_groups:
-        group["betas"] = tuple(cfg.adam_betas)
+    optimizer, scheduler = build_optimizer(cfg, model)
     replay = build_replay(cfg)
-    # health/* alarms: a run that learns nothing says so
-    health = build_health(cfg)
+    health = build_health(cfg)  # health/* alarms: a run that learns nothing says so
     n_episodes = (cfg.prompts_per_step + cfg.async_.oversample) * cfg.group_size
     envs = build_envs(cfg, n_episodes, split="train")
     events.own(envs)  # their tools and retriever clients close with the loop
@@ -128,37 +98,11 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
                           explore=cfg.prompt_skip_explore)
     eval_env_list, eval_tasks = eval_envs(cfg)
     events.own(eval_env_list)
-    scorer = (make_tree_score_fn if cfg.shared_prefix else make_score_fn)(
-        model, temperature=cfg.generation.temperature)
-    scored = {"tokens": 0.0}
-
-    def score_fn(groups):  # counts every token the trainer scores (fresh + replay scan)
-        scored["tokens"] += sum(g.num_policy_tokens for g in groups)
-        return scorer(groups)
-
-    step, state, rng = 0, {"train_cumulative": 0.0, "nonfinite_steps": 0}, None
-    if resume and (ckpt := latest_checkpoint(run_dir)) is not None:  # its RNGs are restored last
-        state = load_checkpoint(ckpt, model=model, optimizer=optimizer, scheduler=scheduler,
-                                replay=replay, restore_rng=False)
-        step, rng = state.pop("step"), state.pop("rng")  # not saved again: a later resume
-        sampler.load_state_dict(state["sampler"])
-        health.load_state_dict(state.get("health", {}))
-        log.info("resuming from checkpoint %s", ckpt.name)
-    sft_metrics = {}
-    # warm start, before anything is measured
-    if step == 0 and (cfg.sft.steps > 0 or cfg.sft.pretrain_steps > 0):
-        t0 = time.perf_counter()
-        sft_metrics = warm_start(cfg, model, tok, envs, make_envs=build_envs)
-        sft_metrics["time/sft"] = time.perf_counter() - t0
-        log.info("warm start: %s",
-                 ", ".join(f"{k.split('/')[-1]} {v:.4g}" for k, v in sft_metrics.items()))
-    if step == 0 and hasattr(model, "peft_config") and (sft_metrics or is_adapter(cfg.init_from)):
-        save_adapter(model, run_dir / "warm_start")  # the policy RL starts from, for later evals
-    # the KL reference is the policy RL starts from, after the warm start; saved once, so a
-    # resumed run reads the same one
-    if step == 0 and cfg.kl_coef > 0:
-        save_reference(run_dir, model)
-    reference = frozen_reference(model, load_reference(run_dir)) if cfg.kl_coef > 0 else None
+    score_fn = CountingScorer(cfg, model)  # fresh groups and the replay scan; tokens/scored
+    step, state, rng = resume_run(run_dir, resume, model=model, optimizer=optimizer,
+                                  scheduler=scheduler, replay=replay, sampler=sampler,
+                                  health=health)
+    sft_metrics, ref_logprobs = warm_start_run(cfg, run_dir, step, model, tok, envs)
     backend = build_backend(cfg, model, tok)
     events.own(backend)  # a vLLM engine shuts down with the run
     # phase 1's rollout of each step
@@ -177,11 +121,6 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
         with timer.phase("eval"), rollouts.held():  # groups in play wait
             return evaluate(backend, eval_env_list, eval_tasks, **eval_settings(cfg),
                             samples_to=run_dir / "samples" / f"step-{step}.txt", loop=events)
-
-    def ref_logprobs(ids, attn, mask):
-        with reference_policy(reference) as ref:
-            return token_logprobs(ref, ids, attn, temperature=cfg.generation.temperature,
-                                  target_mask=mask)
 
     last = {}
     if step == 0:
@@ -205,6 +144,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
     # last: building the engine reseeds (vLLM seeds python/numpy/torch at start)
     if rng is not None:
         set_rng_state(rng)
+
     def spent() -> bool:  # the training-time budget (cfg.time_budget_s) is used up
         used = timer.train_cumulative + timer.pending_train_time()
         return cfg.time_budget_s is not None and used >= cfg.time_budget_s
@@ -245,7 +185,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
                                own_ratio=[weight_of[id(g)][1] for g in used]) + \
                     rows_of(selection.accepted, replayed=True)
                 tmetrics = policy_update(model, optimizer, scheduler, rows, cfg,
-                                         ref_logprobs_fn=ref_logprobs if cfg.kl_coef > 0 else None)
+                                         ref_logprobs_fn=ref_logprobs)
             episode_log.write(step, used, selection)  # a few of the rows, as the loss saw them
             # 5. ingress: after the update, mixed-outcome fresh groups enter the buffer
             admitted = replay.add(stored, step)
@@ -271,8 +211,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
         rollouts.trained()
         if hasattr(replay, "recycled"):  # query recycling: zero-variance tasks come back later
             sampler.recycle(replay.recycled(), cfg.replay.recycle_after * cfg.prompts_per_step)
-        tmetrics = lmetrics
-        if tmetrics.get("train/nonfinite"):
+        if lmetrics.get("train/nonfinite"):
             state["nonfinite_steps"] += 1
             log.warning("step %d: non-finite loss or gradient; update skipped (%d so far)",
                         step, state["nonfinite_steps"])
@@ -282,10 +221,8 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
                    "health/infra_outage_s": outages.outage_seconds() - outage_s,
                    "rollout/infra_retried": float(outages.transient_errors - retried),
                    "tokens/generated": float(rstats.tokens_generated),
-                   "tokens/scored": scored["tokens"],
-                   "tokens/trained": tmetrics.get("train/tokens", 0.0),
-                   # this process's peak so far: trainer, in-process vLLM engine and index
-                   "sys/peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}
+                   "tokens/scored": score_fn.reset(),
+                   "tokens/trained": lmetrics.get("train/tokens", 0.0), **memory_metrics()}
         hmetrics, warnings = health.update(step, metrics)
         metrics.update(hmetrics)
         for w in warnings:
@@ -304,7 +241,6 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
         crash_point("loop:logged")
         if step % cfg.checkpoint_every == 0 or final or outage:
             checkpoint(step)  # (its seconds count in the next step's time/checkpoint)
-        scored["tokens"] = 0.0
         progress.update(step, progress_line(metrics, last), force="eval/mean_at_n" in metrics)
         if outage:
             raise outage
@@ -313,26 +249,3 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
     logger.close()
     return last
 
-
-def main(preset: str, out: str | None, overrides: list[str], resume: str | None = None) -> int:
-    """``agentsearch train``: preset + overrides, or ``--resume RUN_DIR``."""
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per retrieval request
-    if resume:
-        run_dir = Path(resume)
-        if not (run_dir / "config.yaml").exists():
-            raise ConfigError(f"--resume {resume}: no config.yaml there (is it a run folder?)")
-        cfg = apply_overrides(TrainConfig, str(run_dir / "config.yaml"), overrides)
-    else:
-        if not out:
-            raise ConfigError("--out RUN_DIR is required (or --resume RUN_DIR)")
-        run_dir = Path(out)
-        cfg = apply_overrides(TrainConfig, preset, overrides)
-    # resume ignores --preset
-    source = f"resume={run_dir / 'config.yaml'}" if resume else f"preset={preset}"
-    tree = tree_state()
-    log.info("agentsearch train: %s git=%s%s run=%s", source, tree["git"][:7],
-             " (uncommitted changes)" if tree["dirty"] else "", run_dir)
-    final = train(cfg, run_dir, resume=bool(resume))
-    print(json.dumps({k: v for k, v in final.items() if not math.isnan(v)}, indent=1))
-    return 0

@@ -15,10 +15,25 @@ import os
 import time
 from pathlib import Path
 
-__all__ = ["MetricsLogger", "read_metrics", "progress_line", "CLOCK"]
+__all__ = ["MetricsLogger", "read_metrics", "progress_line", "memory_metrics", "CLOCK"]
 
 CLOCK = "clock/unix_seconds"
 """The key of every record's wall-clock stamp (seconds since the epoch)."""
+
+
+def memory_metrics() -> dict[str, float]:
+    """This process's memory (trainer, in-process vLLM engine and index), in GB:
+    ``sys/peak_rss_gb`` the peak so far (it only grows: a new peak or a leak look alike) and
+    ``sys/rss_gb`` the resident set now (NaN where ``/proc/self/statm`` is missing)."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # KB on Linux
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+        now = pages * os.sysconf("SC_PAGE_SIZE") / 1e9
+    except (OSError, ValueError, IndexError):
+        now = float("nan")
+    return {"sys/peak_rss_gb": peak, "sys/rss_gb": now}
 
 
 def _clean(v):
