@@ -1,6 +1,7 @@
 """The real-LM page's plot: greedy dev EM (300 questions) against RL training wall-clock, for
 every kept run under docs/results/real_lm/rl-*/ (left: all questions, one line per run; right:
-by question type, one panel line style per run), from their metrics.jsonl alone.
+the preset's recipe, rl-v4-*, by question type, one line style per run), from their
+metrics.jsonl alone.
 
     python scripts/plot_real_lm.py   # writes docs/results/real_lm/learning.png
 """
@@ -14,6 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "real_lm"
 TYPES = ("name", "year", "nationality")
+PRESET_RUNS = "rl-v4-"  # the smollm2-search preset's recipe: the right panel
 
 
 def evals(run: Path) -> list[dict]:
@@ -29,17 +31,20 @@ def main(out: Path = RESULTS / "learning.png") -> Path:
 
     runs = sorted(p for p in RESULTS.glob("rl-*") if (p / "metrics.jsonl").exists())
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    styles = ["-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1))]  # one per run (right panel)
+    styles = ["-", "--", ":", "-."]  # one per run of the preset's recipe (right panel)
     for i, run in enumerate(runs):
         ev = evals(run)
         hours = [r.get("time/train_cumulative", 0.0) / 3600 for r in ev]
-        style = dict(ls=styles[i % len(styles)], marker="o")
-        ax1.plot(hours, [r["eval/mean_at_n"] for r in ev], **style, color=f"C{i}", lw=2, ms=4,
+        ax1.plot(hours, [r["eval/mean_at_n"] for r in ev], marker="o", color=f"C{i}",
+                 lw=2.5 if run.name.startswith(PRESET_RUNS) else 1, ms=4,
                  label=f"{run.name} (warm start {ev[0]['eval/mean_at_n']:.3f})")
+    for i, run in enumerate(r for r in runs if r.name.startswith(PRESET_RUNS)):
+        ev = evals(run)
+        hours = [r.get("time/train_cumulative", 0.0) / 3600 for r in ev]
         for j, typ in enumerate(TYPES):
             ax2.plot(hours, [r.get(f"eval/{typ}/mean_at_n", float("nan")) for r in ev],
-                     **style, color=f"C{j + 5}", lw=1.5, ms=3,
-                     label=typ if i == 0 else None)
+                     ls=styles[i % len(styles)], marker="o", color=f"C{j + 7}", lw=1.5, ms=3,
+                     label=f"{typ} ({run.name})")
     if runs:
         first = evals(runs[0])[0]["eval/mean_at_n"]
         ax1.axhline(first + 0.10, color="0.5", lw=1, ls=":",
@@ -48,8 +53,8 @@ def main(out: Path = RESULTS / "learning.png") -> Path:
     ax1.set_ylabel("greedy dev EM (300 questions)")
     ax1.legend(fontsize=7, loc="lower right")
     ax2.set_xlabel("RL training wall-clock (h)")
-    ax2.set_ylabel("greedy dev EM by question type")
-    ax2.legend(fontsize=7, loc="lower right", title="line style = run (left)", title_fontsize=7)
+    ax2.set_ylabel("greedy dev EM by type (rl-v4: the preset)")
+    ax2.legend(fontsize=7, loc="lower right")
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
     fig.suptitle("SmolLM2-135M-Instruct + LoRA on WikiSearch-v0, 2-core CPU", fontsize=9)

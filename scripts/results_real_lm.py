@@ -203,7 +203,7 @@ REAL_LM_FIGURES += [
 README_ = "README.md"
 
 
-def _adapter_mb(record: str):
+def adapter_mb(record: str):
     """The size in MB of a run record's kept fp16 adapter."""
     adapter = Path(record) / "adapter" / "adapter_model.safetensors"
     return lambda root: (root / adapter).stat().st_size / 1e6
@@ -271,18 +271,14 @@ _AFTER2 = "| after RL (64 steps, 7,211 s) | 0.927 | 0.949 | 0.843 | 0.969 |"
 _GAIN2 = [("11.0", gain(64))]
 _EVAL2 = [("1.7", _rl2_eval_over_step(min)), ("1.9", _rl2_eval_over_step(max))]
 REAL_LM_FIGURES += [
-    *[f for quote, pairs in _rl2_rows(_WARM2, _AFTER2) for f in group(README_, quote, RL2, pairs)],
     *[f for quote, pairs in _rl2_rows(_WARM2.replace("| warm", "| seed 0: warm"),
                                       _AFTER2.replace("| after", "| seed 0: after"))
       for f in group(RL, quote, RL2, pairs)],
-    *group(README_, "+11.0 points on seed 0", RL2, _GAIN2),
     *group(RL, "Seed 0: RL added 11.0 points", RL2, _GAIN2),
     *group(RL, "took\n184.2-207.7 s, 1.7-1.9 median steps", RL2, [
         ("184.2", lambda r: min(x for x in [rl2("time/eval", s)(r) for s in (20, 40, 60, 64)])),
         ("207.7", lambda r: max(x for x in [rl2("time/eval", s)(r) for s in (20, 40, 60, 64)])),
         *_EVAL2]),
-    *group(README_, "The run's fp16 adapter (9.8 MB)", RL2, [
-        ("9.8", _adapter_mb(RL2))]),
     *group(RL, "peak RSS (vLLM engine and index\nin process) was 7.01 GB", RL2, [
         ("7.01", lambda root: max(r.get("sys/peak_rss_gb", 0)
                                   for r in F.json_lines(root / RL2 / "metrics.jsonl")))]),
@@ -295,9 +291,6 @@ _GAIN2B = [("8.0", gain(58, RL2B))]
 REAL_LM_FIGURES += [
     *[f for quote, pairs in _rl2_rows(_WARM2B, _AFTER2B, RL2B)
       for f in group(RL, quote, RL2B, pairs)],
-    *group(README_, "but +8.0 on seed 1 (0.830 -> 0.910", RL2B, [
-        *_GAIN2B, ("0.830", rl2("eval/mean_at_n", 0, RL2B)),
-        ("0.910", rl2("eval/mean_at_n", 58, RL2B))]),
     *group(RL, "and +8.0 on seed 1: the target", RL2B, _GAIN2B),
     *group(RL, "Seed 1 fell short: RL added 8.0 points (dev EM 0.873 at step 20, 0.897", RL2B, [
         *_GAIN2B, ("0.873", rl2("eval/mean_at_n", 20, RL2B)),
@@ -317,7 +310,7 @@ REAL_LM_FIGURES += [
 RL3B = R + "real_lm/rl-v3-seed1/"
 
 
-def _per_token_update_ms(record: str):
+def per_token_update_ms(record: str):
     """The median over a run's RL steps of update seconds per policy token forwarded, in ms."""
     import statistics
 
@@ -329,7 +322,7 @@ def _per_token_update_ms(record: str):
     return value
 
 
-def _table(record: str, rows) -> list:
+def table(record: str, rows) -> list:
     """Figures of a per-step table in real_lm.md: each (row start, step) row's EM columns
     (EM_KEYS) and, past step 0, the training seconds in its label, from ``record``."""
     lines = (Path(__file__).resolve().parents[1] / RL).read_text().splitlines()
@@ -345,7 +338,7 @@ def _table(record: str, rows) -> list:
     return out
 
 
-REAL_LM_FIGURES += _table(RL3B, (
+REAL_LM_FIGURES += table(RL3B, (
     ("| warm start (the second recipe's) | 0.830 |", 0), ("| step 20 (2,266 s) | 0.870 |", 20),
     ("| step 40 (4,627 s) | 0.890 |", 40), ("| step 60 (6,742 s) | 0.890 |", 60),
     ("| after RL (65 steps, 7,216 s) | 0.920 |", 65)))
@@ -357,7 +350,7 @@ REAL_LM_FIGURES += [
         ("105.8", run_median("time/step", RL3B)), ("125.2", run_median("time/step", RL2B)),
         ("65", rl2("step", 65, RL3B))]),
     *group(RL, "a median 54.6 against 61.1 ms of update", (RL3B, RL2B), [
-        ("54.6", _per_token_update_ms(RL3B)), ("61.1", _per_token_update_ms(RL2B))]),
+        ("54.6", per_token_update_ms(RL3B)), ("61.1", per_token_update_ms(RL2B))]),
     *group(RL, "(0.870 at step 20 against\n0.873, 0.890 at step 40 against 0.897)", (RL3B, RL2B), [
         ("0.870", rl2("eval/mean_at_n", 20, RL3B)), ("0.873", rl2("eval/mean_at_n", 20, RL2B)),
         ("0.890", rl2("eval/mean_at_n", 40, RL3B)), ("0.897", rl2("eval/mean_at_n", 40, RL2B))]),
@@ -369,80 +362,3 @@ REAL_LM_FIGURES += [
         ("11.38", lambda root: max(r.get("sys/peak_rss_gb", 0)
                                    for r in F.json_lines(root / RL3B / "metrics.jsonl")))]),
 ]
-
-RL4B = R + "real_lm/rl-v4-seed1/"
-
-
-def _rl4_rows(key: str) -> list[float]:
-    """``key`` over the fourth design's RL steps (step > 0), in order."""
-    return lambda root: [r[key] for r in F.json_lines(root / RL4B / "metrics.jsonl")
-                         if r["step"] > 0 and key in r]
-
-
-def _rl4_evals(agg):
-    """``agg`` of the fourth design's eval seconds (steps 20..200)."""
-    return lambda root: agg(_rl4_rows("time/eval")(root)[i] for i in range(19, 200, 20))
-
-
-REAL_LM_FIGURES += _table(RL4B, (
-    ("| warm start (the second recipe's) | 0.830 | 0.859 |", 0), ("| step 20 (992 s) |", 20),
-    ("| step 40 (2,023 s) |", 40), ("| step 80 (3,453 s) |", 80), ("| step 120 (4,782 s) |", 120),
-    ("| step 160 (6,143 s) |", 160), ("| after RL (200 steps, 7,197 s) |", 200)))
-_GAIN4B = [("10.3", gain(200, RL4B))]
-REAL_LM_FIGURES += [
-    *group(RL, "RL added 10.3 points on seed 1, past the target of 10 (the second recipe: 8.0",
-           (RL4B, RL2B),
-           [*_GAIN4B, _GAIN2B[0]]),
-    *group(RL, "(0.877 at step 20 against 0.873, 0.890 at step 40\nagainst 0.897)", (RL4B, RL2B), [
-        ("0.877", rl2("eval/mean_at_n", 20, RL4B)), ("0.873", rl2("eval/mean_at_n", 20, RL2B)),
-        ("0.890", rl2("eval/mean_at_n", 40, RL4B)), ("0.897", rl2("eval/mean_at_n", 40, RL2B))]),
-    *group(RL, "a median step of 33.7 s against 125.2 s", (RL4B, RL2B), [
-        ("33.7", run_median("time/step", RL4B)), ("125.2", run_median("time/step", RL2B))]),
-    *group(RL, "reached its 200-step cap 3 s before its 2 h budget", RL4B, [
-        ("200", lambda root: len(_rl4_rows("time/step")(root))),
-        ("3", lambda root: 7200 - rl2("time/train_cumulative", 200, RL4B)(root))]),
-    *group(RL, "fell from a median 61.1 ms to 15.0 ms (4.1x) on a median 2.07", (RL4B, RL2B), [
-        ("61.1", _per_token_update_ms(RL2B)), ("15.0", _per_token_update_ms(RL4B)),
-        ("4.1", lambda root: _per_token_update_ms(RL2B)(root) / _per_token_update_ms(RL4B)(root)),
-        ("2.07", lambda root: __import__("statistics").median(
-            p / t for p, t in zip(_rl4_rows("train/positions_forwarded")(root),
-                                  _rl4_rows("train/tokens_forwarded")(root), strict=True)))]),
-    *group(RL, "(2,907 of\n7,197 s) and generation, a median 18.1 s", RL4B, [
-        ("2,907", lambda root: sum(_rl4_rows("time/update")(root))),
-        ("7,197", rl2("time/train_cumulative", 200, RL4B)),
-        ("18.1", run_median("time/generate", RL4B))]),
-    *group(RL, "took 170.0-246.2 s, 5.1-7.3 median steps", RL4B, [
-        ("170.0", _rl4_evals(min)), ("246.2", _rl4_evals(max)),
-        ("5.1", lambda root: _rl4_evals(min)(root) / run_median("time/step", RL4B)(root)),
-        ("7.3", lambda root: _rl4_evals(max)(root) / run_median("time/step", RL4B)(root))]),
-    *group(RL, "(5.21\nGB at step 1, 7.53 GB at step 151; 7.63 GB", RL4B, [
-        ("5.21", rl2("sys/peak_rss_gb", 1, RL4B)), ("7.53", rl2("sys/peak_rss_gb", 151, RL4B)),
-        ("7.63", lambda root: max(_rl4_rows("sys/peak_rss_gb")(root)))]),
-    *group(RL, "fired at 10 steps (64 to 195; gaps 0.0016-0.0121 nats)", RL4B, [
-        ("10", lambda root: sum(1 for r in F.json_lines(root / RL4B / "metrics.jsonl")
-                                if r.get("health/logprob_gap_jumps", 0) == 1)),
-        ("0.0016", lambda root: min(g for g, n in zip(_rl4_rows("rollout/logprob_gap")(root),
-                                                      _rl4_rows("health/logprob_gap_jumps")(root),
-                                                      strict=True) if n > 0)),
-        ("0.0121", lambda root: max(g for g, n in zip(_rl4_rows("rollout/logprob_gap")(root),
-                                                      _rl4_rows("health/logprob_gap_jumps")(root),
-                                                      strict=True) if n > 0))]),
-    *group(RL, "a step's gap ranges 1.5e-5 to 0.0123 nats here", RL4B, [
-        ("1.5e-5", lambda root: min(_rl4_rows("rollout/logprob_gap")(root))),
-        ("0.0123", lambda root: max(_rl4_rows("rollout/logprob_gap")(root)))]),
-    *group(README_, "An eval of 300 questions costs 5-7 of those steps", RL4B, [
-        ("5", lambda root: _rl4_evals(min)(root) / run_median("time/step", RL4B)(root)),
-        ("7", lambda root: _rl4_evals(max)(root) / run_median("time/step", RL4B)(root))]),
-    *group(README_, "gives +10.3 on seed 1 (0.830 -> 0.933", RL4B, [
-        *_GAIN4B, ("0.830", rl2("eval/mean_at_n", 0, RL4B)),
-        ("0.933", rl2("eval/mean_at_n", 200, RL4B))]),
-    *group(README_, "a median RL step of 33.7 s against 125.2 s, 200 steps in the 2 h against 58",
-           (RL4B, RL2B), [
-        ("33.7", run_median("time/step", RL4B)), ("125.2", run_median("time/step", RL2B)),
-        ("200", lambda root: len(_rl4_rows("time/step")(root))),
-        ("58", rl2("step", 58, RL2B))]),
-    *group(RL, "gave +10.3 on seed 1, its seed 0 owed", RL4B, _GAIN4B),
-]
-REAL_LM_FIGURES += group("docs/from-trl.md", "about 4x less update time per policy token",
-                         (RL4B, RL2B), [
-    ("4", lambda root: _per_token_update_ms(RL2B)(root) / _per_token_update_ms(RL4B)(root))])

@@ -344,5 +344,6 @@ FIGURES += [
 
 # ---------------------------------------------------------------- real_lm.md
 from results_real_lm import REAL_LM_FIGURES  # noqa: E402 (its own module: the registry's size)
+from results_real_lm_v4 import V4_FIGURES  # noqa: E402
 
-FIGURES += REAL_LM_FIGURES
+FIGURES += REAL_LM_FIGURES + V4_FIGURES

@@ -116,9 +116,10 @@ def _bucket(task: dict) -> str:
 def evaluate(backend, envs, tasks: list[dict], *, n: int = 1, temperature: float = 0.0,
              max_new_tokens: int = 64, max_turns: int | None = None, max_seq_len: int | None = None,
              seed: int = 0, prefix: str = "eval", samples_to=None, loop=None,
-             on_turn=None, chunk: int = 0) -> dict[str, float]:
+             on_turn=None, chunk: int = 0, samples_per_type: int = 2) -> dict[str, float]:
     """Play every task ``n`` times; return ``{prefix}/...`` metrics. ``samples_to``: a text
-    file for a few decoded episodes (``write_samples``). ``loop``: the run's ``EventLoop``.
+    file for the first ``samples_per_type`` decoded episodes of each question type
+    (``write_samples``). ``loop``: the run's ``EventLoop``.
     ``on_turn(turn, done, total)``: called after each turn (``rollout``). ``chunk``: episodes
     played at a time (``EvalConfig.chunk``; 0 = all); chunk ``k`` seeds with
     ``derive_seed(seed, k)`` (chunk 0 alone: ``seed``, the unchunked eval)."""
@@ -164,7 +165,8 @@ def evaluate(backend, envs, tasks: list[dict], *, n: int = 1, temperature: float
     all_b = [v for vals in behaviour.values() for v in vals]
     out[f"{prefix}/searches"] = sum(v[0] for v in all_b) / max(len(all_b), 1)
     if samples_to is not None:
-        write_samples(episodes, tasks, n, samples_to, tokenizer=getattr(backend, "tokenizer", None))
+        write_samples(episodes, tasks, n, samples_to, tokenizer=getattr(backend, "tokenizer", None),
+                      per_bucket=samples_per_type)
     return out
 
 
@@ -287,6 +289,7 @@ def main(a) -> int:
 
         try:
             res = evaluate(backend, envs, tasks, **settings, loop=events, samples_to=a.samples,
+                           samples_per_type=a.samples_per_type,
                            on_turn=progress)
         except OutageError as e:  # a retriever or grader down past the budget: no score at all
             print(json.dumps({"eval/invalid": 1.0, "reason": str(e)}, indent=1))

@@ -15,10 +15,12 @@ slows the run and costs it steps, so nothing else should run beside it.
 greedy, on questions the warm start never saw: the people-written slice (69 FanOutQA
 sub-questions whose evidence page is among the summaries) and a synthetic world never used
 (``agentsearch/Search-v0``, world seed 500, 300 dev questions: single, bridge, comparison), in
-``RUN/final_evals.json`` (a policy-set pair already there is skipped).
+``RUN/final_evals.json`` (a policy-set pair already there is skipped), their decoded episodes
+in ``RUN/finals/POLICY-SET.txt`` (every people question; 4 per type of the world).
 
 ``keep``: the run's record into ``docs/results/real_lm/NAME``: config, metrics, provenance, the
-first and last eval's decoded episodes, episodes.jsonl, both adapters, final_evals.json.
+first and last eval's decoded episodes, episodes.jsonl, both adapters, final_evals.json and
+the finals' decoded episodes.
 """
 
 from __future__ import annotations
@@ -34,9 +36,9 @@ sys.path.insert(0, str(ROOT))
 
 from agentsearch.recipes.runner import agentsearch_eval, train_run  # noqa: E402
 
-SETS = {  # name -> eval arguments (split, limit, overrides)
-    "people": (["--split", "people", "--limit", "0"], []),
-    "world500": (["--split", "dev", "--limit", "300"],
+SETS = {  # name -> eval arguments (split, limit, decoded episodes per type), overrides
+    "people": (["--split", "people", "--limit", "0", "--samples-per-type", "69"], []),
+    "world500": (["--split", "dev", "--limit", "300", "--samples-per-type", "4"],
                  ["env=agentsearch/Search-v0", "env_kwargs.world_seed=500"]),
 }
 POLICIES = ("warm_start", "adapter")
@@ -64,7 +66,9 @@ def finals(a) -> None:
             key = f"{policy}/{name}"
             if key in done:
                 continue
+            samples = a.run / "finals" / f"{policy}-{name}.txt"
             done[key] = agentsearch_eval("--preset", str(a.run / "config.yaml"), *args,
+                                         "--samples", str(samples),
                                          f"init_from={a.run / policy}", *overrides, "threads=2",
                                          threads=2, log=a.run / "finals.log")
             out.write_text(json.dumps(done, indent=1) + "\n")
@@ -82,9 +86,9 @@ def keep(a) -> None:
                      key=lambda p: int(p.stem.split("-")[1]))
     for p in samples[:1] + samples[-1:]:
         shutil.copy2(p, dest / "samples" / p.name)
-    for policy in POLICIES:
-        if (a.run / policy).exists():
-            shutil.copytree(a.run / policy, dest / policy, dirs_exist_ok=True)
+    for folder in (*POLICIES, "finals"):
+        if (a.run / folder).exists():
+            shutil.copytree(a.run / folder, dest / folder, dirs_exist_ok=True)
     print(dest)
 
 
