@@ -59,7 +59,7 @@ def main() -> int:
             runs[chunk].append(eval_once(a.run, chunk, a.limit))
             print(f"[bench_eval_chunk] chunk {chunk}: {runs[chunk][-1]}", file=sys.stderr,
                   flush=True)
-    line = {"bench": "eval_chunk", "run": str(a.run.relative_to(ROOT)), "questions": a.limit,
+    line = {"bench": "eval_chunk", "run": str(a.run.resolve().relative_to(ROOT)), "questions": a.limit,
             "median_step_s": step_s, "rounds": a.rounds, "provenance": prov}
     for chunk, got in runs.items():
         seconds = statistics.median(g["seconds"] for g in got)
