@@ -59,8 +59,8 @@ def main() -> int:
             runs[chunk].append(eval_once(a.run, chunk, a.limit))
             print(f"[bench_eval_chunk] chunk {chunk}: {runs[chunk][-1]}", file=sys.stderr,
                   flush=True)
-    line = {"bench": "eval_chunk", "run": str(a.run.resolve().relative_to(ROOT)), "questions": a.limit,
-            "median_step_s": step_s, "rounds": a.rounds, "provenance": prov}
+    line = {"bench": "eval_chunk", "run": str(a.run.resolve().relative_to(ROOT)),
+            "questions": a.limit, "median_step_s": step_s, "rounds": a.rounds, "provenance": prov}
     for chunk, got in runs.items():
         seconds = statistics.median(g["seconds"] for g in got)
         line[f"chunk{chunk}"] = {"seconds": seconds, "steps": seconds / step_s,

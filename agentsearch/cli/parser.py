@@ -62,8 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="evaluate N questions (0 = all; a multi-source file is sampled per source, "
                         "eval.per_source); default: the run's eval.limit")
     s.add_argument("--samples", default=None, metavar="TXT",
-                   help="also write decoded episodes (the first --samples-per-type of each question "
-                        "type) to this file")
+                   help="also write decoded episodes (the first --samples-per-type of each "
+                        "question type) to this file")
     s.add_argument("--samples-per-type", type=int, default=2, metavar="K",
                    help="decoded episodes per question type in --samples (default 2)")
     s.add_argument("overrides", nargs="*", help="key=value overrides")

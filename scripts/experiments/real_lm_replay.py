@@ -47,10 +47,10 @@ adapter on, ``init_from`` under LoRA), so no run pays or varies a warm start."""
 SETTINGS = ["time_budget_s=3600", "steps=200", "sft.steps=0", f"init_from={WARM_START}",
             "eval.every=10", "checkpoint_every=5"]
 """1 h of training time each (eval and checkpoints excluded); an eval (300 questions, about
-2.5 min here in the preset.s chunks of 32) every 10 steps resolves the time to target to about 6 minutes of training (the
-preset's shared-prefix update: a median step of 33.7 s in docs/results/real_lm/rl-v4-seed1;
-every 5 steps, sized for the ~105 s steps before it, would spend more time on evals than on
-training)."""
+2.5 min here in the preset's chunks of 32) every 10 steps resolves the time to target to about
+6 minutes of training (the preset's shared-prefix update: a median step of 33.7 s in
+docs/results/real_lm/rl-v4-seed1; every 5 steps, sized for the ~105 s steps before it, would
+spend more time on evals than on training)."""
 
 
 def run(a) -> int:
