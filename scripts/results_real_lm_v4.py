@@ -254,3 +254,21 @@ V4_FIGURES += [
     *group(README_, "(target: one; 2.2-2.6 predicted as this CPU's floor)", RL4A, [
         ("2.2", _eval_floor(0, True)), ("2.6", _eval_floor(2, True))], predicted=True),
 ]
+
+BF16_BENCH = R + "real_lm/bench_real_lm_bf16.jsonl"
+BENCH_LM = R + "real_lm/bench_real_lm.jsonl"
+V4_FIGURES += [
+    *group(RL, "| +12.7 and +10.3 points, 200 steps in 7,084 and 7,197 s |", (RL4A, RL4B), [
+        *_GAIN4A, *_GAIN4B, ("200", rl2("step", 200, RL4A)),
+        ("7,084", rl2("time/train_cumulative", 200, RL4A)),
+        ("7,197", rl2("time/train_cumulative", 200, RL4B))]),
+    *group(RL, "| 7.72x (bf16 engine, prefix caching) |", BF16_BENCH, [
+        ("7.72", j(BF16_BENCH, "gen_vllm_merged_pc_bf16_over_hf", bench="real_lm"))]),
+    *group(RL, "| 1.40x |", BENCH_LM, [
+        ("1.40", j(BENCH_LM, "update_packed_over_bare_fp32", bench="real_lm"))]),
+    *group(RL, "| 7.64 and 7.63 GB (the two runs) |", (RL4A, RL4B), [
+        ("7.64", lambda root: max(_rl4_rows("sys/peak_rss_gb", RL4A)(root))),
+        ("7.63", lambda root: max(_rl4_rows("sys/peak_rss_gb", RL4B)(root)))]),
+    *group(RL, "| an eval of 300 questions <= one RL step | 4.4 steps |", CHUNK, [
+        ("4.4", j(CHUNK, "chunk32.steps", bench="eval_chunk"))]),
+]
