@@ -17,7 +17,8 @@ rollout of the batch that made one (and fails if none did).
 ``run`` (resumable; a finished run is skipped, a cut one resumes from its checkpoint): each arm
 from the same warm start (``WARM_START`` merged into SmolLM2), the same ``SETTINGS`` (prompts
 per step in agentsearch's sampler order for the seed, group size, turns, tokens per turn,
-temperature, lr, clip, LoRA), the same 2 h of training wall clock, scored by agentsearch's
+temperature, lr, clip, LoRA), until the first eval at ``TARGET`` or 2 h of training wall
+clock (``stop_at``, ``time_budget_s``), scored by agentsearch's
 evaluator (greedy, the same 300 dev questions) at step 0 and every ``eval_every`` steps, its
 time outside the clock. Arms: ``trl`` (GRPOTrainer, HF generation, ``trl_peer.run_trl``),
 ``ours-hf`` (agentsearch, HF generation: like for like), ``ours-best`` (agentsearch with the
@@ -57,6 +58,7 @@ TARGET = 0.88
 SETTINGS = {"prompts": 8, "group": 8, "max_turns": 3, "max_new_tokens": 64, "max_seq_len": 1024,
             "prompt_allowance": 280, "temperature": 1.0, "lr": 1e-4, "clip": 0.2,
             "eval_every": 4, "eval_limit": 300, "time_budget_s": 7200, "max_steps": 100,
+            "stop_at": TARGET,
             "lora": {"r": 16, "alpha": 32,
                      "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                  "up_proj", "down_proj"]}}
@@ -212,7 +214,8 @@ def ours_overrides(seed: int, latency: bool) -> list[str]:
            "lora.dropout=0.0", f"lora.target_modules=[{','.join(lora['targets'])}]",
            f"eval.every={s['eval_every']}", f"eval.limit={s['eval_limit']}", "eval.n=1",
            "eval.temperature=0.0", f"checkpoint_every={s['eval_every']}",
-           f"time_budget_s={s['time_budget_s']}", f"steps={s['max_steps']}"]
+           f"time_budget_s={s['time_budget_s']}", f"steps={s['max_steps']}",
+           f"eval.stop_at={s['stop_at']}"]
     if latency:
         out += [f"tool_latency.{k}={v}" for k, v in LATENCY.items()]
     return out
@@ -309,6 +312,8 @@ def summary(a) -> int:
             print(json.dumps({"bench": "vs_trl", "run": folder.name, "arm": arm,
                               "latency": bool(latency), "target": TARGET,
                               "seconds_to_target": t, "final_dev_em": final,
+                              "training_s": max((r.get("time/train_cumulative", 0.0)
+                                                 for r in rows), default=0.0),
                               "steps": len(steps), "median_step_s":
                               statistics.median(per_step) if per_step else None}))
         ref = [t for t in times.get("trl", []) if t is not None]

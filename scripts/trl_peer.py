@@ -197,8 +197,9 @@ def _eval_callback(out: Path, s: dict, evaluate: Callable[[Any, int], dict]):
     """A ``TrainerCallback`` that keeps ``out/metrics.jsonl`` as agentsearch's runs do: each
     optimizer step's TRL logs and ``time/train_cumulative`` (wall clock of the steps, without
     the evals and checkpoint saves), every ``eval_every`` steps ``evaluate(model, step)``; it
-    stops training once ``time_budget_s`` of training time is spent (``time_budget_s``)."""
-    every, budget = s["eval_every"], s["time_budget_s"]
+    stops training once ``time_budget_s`` of training time is spent, or after the first eval
+    whose ``eval/mean_at_n`` reaches ``stop_at`` (agentsearch's ``eval.stop_at``)."""
+    every, budget, stop_at = s["eval_every"], s["time_budget_s"], s.get("stop_at")
     from transformers import TrainerCallback
 
     class EvalCallback(TrainerCallback):
@@ -224,6 +225,9 @@ def _eval_callback(out: Path, s: dict, evaluate: Callable[[Any, int], dict]):
             self.pending = {"step": state.global_step, "time/train_cumulative": self.train_s}
             if state.global_step % every == 0 or control.should_training_stop:
                 self.pending.update(evaluate(model, state.global_step))
+                em = self.pending.get("eval/mean_at_n", float("-inf"))
+                if stop_at is not None and em >= stop_at:
+                    control.should_training_stop = True
             self.mark = time.perf_counter()
 
         def on_log(self, args, state, control, logs=None, **kw):

@@ -87,3 +87,27 @@ def test_trl_and_agentsearch_see_the_same_tokens_and_masks():
     assert out.returncode == 0 and line["diffs"] == [], (line, out.stderr[-2000:])
     assert line["with_tool_call"] >= 1 and line["turns"] >= 2 and line["tool_tokens"] > 0
     assert line["prompt_tokens"] > 200 and line["model_tokens"] > 0
+
+
+def test_the_trl_callback_stops_after_the_first_eval_at_the_target(tmp_path):
+    """The TRL arm is timed to the same target as agentsearch's ``eval.stop_at``: the callback
+    evaluates every ``eval_every`` steps, logs the training seconds, and ends training after the
+    first eval that reaches ``stop_at`` (transformers' own TrainerState and TrainerControl)."""
+    from transformers import TrainerControl, TrainerState
+
+    scores = {0: 0.5, 2: 0.7, 4: 0.9}
+    s = {"eval_every": 2, "time_budget_s": 1e9, "stop_at": 0.88}
+    cb = peer._eval_callback(tmp_path, s, lambda model, step: {"eval/mean_at_n": scores[step]})
+    state, control = TrainerState(), TrainerControl()
+    cb.on_train_begin(None, state, control)
+    stops = []
+    for step in range(1, 5):
+        state.global_step = step
+        cb.on_step_end(None, state, control)
+        cb.on_log(None, state, control, logs={"loss": 0.0})
+        stops.append(control.should_training_stop)
+    assert stops == [False, False, False, True]
+    recs = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs] == [0, 1, 2, 3, 4]
+    assert [r.get("eval/mean_at_n") for r in recs] == [0.5, None, 0.7, None, 0.9]
+    assert all(r["time/train_cumulative"] >= 0 for r in recs[1:])

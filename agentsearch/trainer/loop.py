@@ -149,7 +149,11 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
         used = timer.train_cumulative + timer.pending_train_time()
         return cfg.time_budget_s is not None and used >= cfg.time_budget_s
 
-    while step < cfg.steps and not spent():
+    def reached() -> bool:  # the last eval met cfg.eval.stop_at: a run timed to a target ends
+        return cfg.eval.stop_at is not None and \
+            last.get("eval/mean_at_n", float("-inf")) >= cfg.eval.stop_at
+
+    while step < cfg.steps and not spent() and not reached():
         step, outage_s, retried = step + 1, outages.outage_seconds(), outages.transient_errors
         # 1. generate + env + reward: all episodes of the step in one rollout (or the one played
         # ahead)
@@ -239,7 +243,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
         metrics.update(timer.end_step())
         logger.log(step, metrics)
         crash_point("loop:logged")
-        if step % cfg.checkpoint_every == 0 or final or outage:
+        if step % cfg.checkpoint_every == 0 or final or outage or reached():
             checkpoint(step)  # (its seconds count in the next step's time/checkpoint)
         progress.update(step, progress_line(metrics, last), force="eval/mean_at_n" in metrics)
         if outage:

@@ -109,6 +109,10 @@ class EvalConfig:
     chunk starts (0 = all at once). With vLLM prefix caching a chunk's later turns find their
     earlier turns' KV still cached; all 300 at once overflow the KV cache and prefill the whole
     conversation again at each turn (``real_lm.md`` measures it)."""
+    stop_at: float | None = None
+    """Stop the run after the first eval (step 0's included) whose ``eval/mean_at_n`` reaches
+    this: a run timed to a target score ends there (checkpointed, final weights saved); None =
+    train on to ``steps`` / ``time_budget_s``."""
 
 
 @dataclass

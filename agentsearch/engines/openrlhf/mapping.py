@@ -140,6 +140,8 @@ NOTES: dict[str, str] = {
     "eval.per_source": "how the eval prompt file samples a multi-source file (as the local eval)",
     "eval.chunk": "not applicable (OpenRLHF's agent executor plays each eval episode on its own "
                   "against vLLM's async engine)",
+    "eval.stop_at": "refused unless none: the OpenRLHF launch runs `steps` (it does not end a "
+                    "run at a score)",
     "seed": "and the prompt order",
     "checkpoint_every": "(resume is on: `--ckpt.load_enable`)",
     "tensorboard": "`--logger.tensorboard_dir` when true",
@@ -289,6 +291,8 @@ def refusals(t, extra_args: list[str] = ()) -> list[str]:
                    + NOTES["async.tool_timeout_s"].removeprefix("refused unless none "))
     if t.time_budget_s is not None:
         out.append("train.time_budget_s: " + NOTES["time_budget_s"].split(": ", 1)[1])
+    if t.eval.stop_at is not None:
+        out.append("train.eval.stop_at: " + NOTES["eval.stop_at"].split(": ", 1)[1])
     if t.tool_latency.kind != "none":
         out.append("train.tool_latency: simulated tool latency runs in the local trainer only")
     if t.sft.steps > 0 or t.sft.pretrain_steps > 0:
