@@ -2,6 +2,7 @@
 
     python scripts/bench_vs_trl.py check   # equivalence: the same tokens in both systems
     python scripts/bench_vs_trl.py run --arms trl ours-hf ours-best --seeds 0 1 [--latency]
+    python scripts/bench_vs_trl.py keep     # finished runs' records -> docs/results/vs_trl/
     python scripts/bench_vs_trl.py summary  # one JSON line per arm and latency
 
 ``check`` (equivalence first, timing second): TRL 1.16's ``GRPOTrainer`` takes one real step on
@@ -24,7 +25,9 @@ time outside the clock. Arms: ``trl`` (GRPOTrainer, HF generation, ``trl_peer.ru
 ``ours-hf`` (agentsearch, HF generation: like for like), ``ours-best`` (agentsearch with the
 bf16 vLLM engine, streaming rollout beside the update, HDR replay). ``--latency``: every search
 call also waits a log-normal delay of mean 0.5 s (sigma 0.5), in TRL one call after another.
-Runs go to ``runs/vs_trl/<arm>[-lat]-seed<k>``, nothing else should run beside them.
+Runs go to ``runs/vs_trl/<arm>[-lat]-seed<k>``, nothing else should run beside them; ``keep``
+copies a finished run's records into ``docs/results/vs_trl/`` (``runs/`` does not outlive a
+session's machine: keep each run as it finishes; ``run`` skips a kept one).
 
 ``summary``: per arm, the training seconds to reach ``TARGET`` (fixed before the first run) and
 their ratio to TRL's, seconds per step by phase, final dev EM; one JSON line each.
@@ -43,6 +46,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+import vs_trl_records  # noqa: E402
+
 from agentsearch.core.provenance import (  # noqa: E402
     ALLOW_DIRTY_HELP,
     require_clean,
@@ -52,6 +57,9 @@ from agentsearch.rollout.backends import Generation, SamplingParams  # noqa: E40
 
 WARM_START = ROOT / "docs" / "results" / "real_lm" / "rl-v2-seed0" / "warm_start"
 OUT = ROOT / "runs" / "vs_trl"
+KEPT = ROOT / "docs" / "results" / "vs_trl"
+"""Finished runs' records (``keep``): what lands, so the grid goes on in the next session
+(``runs/`` does not outlive a session's machine) and ``summary`` reads them."""
 TARGET = 0.88
 """Greedy dev EM (300 dev questions) each arm's time is measured to; the warm start has 0.817
 (docs/results/real_lm/rl-v2-seed0). Fixed on 2026-12-06, before any timing run."""
@@ -255,7 +263,7 @@ def run(a) -> int:
     from trl_peer import run_trl, task_rows
 
     import agentsearch
-    from agentsearch.recipes.runner import run_finished, train_run
+    from agentsearch.recipes.runner import train_run
     from agentsearch.trainer.setup import TaskSampler
 
     require_clean("bench_vs_trl", a.allow_dirty)
@@ -265,12 +273,15 @@ def run(a) -> int:
                 print(f"[vs_trl] {a.out}/HOLD: no new run starts", flush=True)
                 return 0
             folder = a.out / f"{arm}{'-lat' if a.latency else ''}-seed{seed}"
+            if (KEPT / folder.name / "metrics.jsonl").exists():
+                print(f"[vs_trl] {folder.name}: kept in {KEPT} already", flush=True)
+                continue
             print(f"[vs_trl] {folder}", flush=True)
             if arm in OURS:
                 train_run(folder, "smollm2-search",
                           ours_overrides(seed, a.latency) + OURS[arm], threads=2)
                 continue
-            if (folder / "DONE").exists() or run_finished(folder):
+            if vs_trl_records.finished(folder):
                 continue
             env = agentsearch.make_env(ENV_ID, **ENV_KWARGS)
             sampler = TaskSampler(env.tasks, seed=seed)  # agentsearch's order for this seed
@@ -286,44 +297,15 @@ def run(a) -> int:
     return 0
 
 
-def time_to_target(rows: list[dict]) -> tuple[float | None, float | None]:
-    """(training seconds at the first eval at or above ``TARGET``, or None; the last eval's
-    dev EM)."""
-    evals = [r for r in rows if "eval/mean_at_n" in r]
-    hit = next((r for r in evals if r["eval/mean_at_n"] >= TARGET), None)
-    seconds = None if hit is None else float(hit.get("time/train_cumulative", 0.0))
-    return seconds, (evals[-1]["eval/mean_at_n"] if evals else None)
+def keep(a) -> int:
+    settings = {"settings": SETTINGS, "target": TARGET, "env": ENV_ID, "env_kwargs": ENV_KWARGS}
+    print(json.dumps(vs_trl_records.keep(a.out, a.to, settings, LATENCY)))
+    return 0
 
 
 def summary(a) -> int:
-    import statistics
-
-    for latency in ("", "-lat"):
-        times: dict[str, list] = {}
-        for folder in sorted(a.out.glob(f"*{latency}-seed*")):
-            arm = folder.name.split(f"{latency}-seed")[0]
-            if latency == "" and arm.endswith("-lat") or not (folder / "metrics.jsonl").exists():
-                continue
-            rows = [json.loads(x) for x in (folder / "metrics.jsonl").open()]
-            t, final = time_to_target(rows)
-            steps = [r for r in rows if "time/step" in r or "trl/step_time" in r]
-            per_step = [r.get("time/step", r.get("trl/step_time")) for r in steps]
-            times.setdefault(arm, []).append(t)
-            print(json.dumps({"bench": "vs_trl", "run": folder.name, "arm": arm,
-                              "latency": bool(latency), "target": TARGET,
-                              "seconds_to_target": t, "final_dev_em": final,
-                              "training_s": max((r.get("time/train_cumulative", 0.0)
-                                                 for r in rows), default=0.0),
-                              "steps": len(steps), "median_step_s":
-                              statistics.median(per_step) if per_step else None}))
-        ref = [t for t in times.get("trl", []) if t is not None]
-        for arm, ts in times.items():
-            got = [t for t in ts if t is not None]
-            if arm != "trl" and got and ref:
-                print(json.dumps({"bench": "vs_trl_ratio", "arm": arm, "latency": bool(latency),
-                                  "target": TARGET, "ratio_to_trl": statistics.mean(got)
-                                  / statistics.mean(ref), "seeds": len(got),
-                                  "trl_seeds": len(ref)}))
+    for line in vs_trl_records.summary(a.out, TARGET):
+        print(json.dumps(line))
     return 0
 
 
@@ -348,10 +330,13 @@ def main() -> int:
     r.add_argument("--latency", action="store_true")
     r.add_argument("--out", type=Path, default=OUT)
     r.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
+    k = sub.add_parser("keep", help="finished runs' records into the repository")
+    k.add_argument("--out", type=Path, default=OUT)
+    k.add_argument("--to", type=Path, default=KEPT)
     m = sub.add_parser("summary", help="time to target per arm, one JSON line each")
-    m.add_argument("--out", type=Path, default=OUT)
+    m.add_argument("--out", type=Path, default=KEPT, help="the runs (default: the kept ones)")
     a = ap.parse_args()
-    return {"check": check, "run": run, "summary": summary}[a.cmd](a)
+    return {"check": check, "run": run, "keep": keep, "summary": summary}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -111,3 +111,33 @@ def test_the_trl_callback_stops_after_the_first_eval_at_the_target(tmp_path):
     assert [r["step"] for r in recs] == [0, 1, 2, 3, 4]
     assert [r.get("eval/mean_at_n") for r in recs] == [0.5, None, 0.7, None, 0.9]
     assert all(r["time/train_cumulative"] >= 0 for r in recs[1:])
+
+
+def test_kept_records_and_time_to_target_by_hand(tmp_path):
+    """``keep`` copies a finished run's records (not an unfinished one's); ``summary`` reads
+    the training seconds at the first eval at the target and the ratio of the arm means."""
+    records = _script("vs_trl_records")
+    runs, kept = tmp_path / "runs", tmp_path / "kept"
+    evals = {"trl-seed0": [(0, 0.80), (400.0, 0.85), (800.0, 0.88)],
+             "ours-best-seed0": [(0, 0.80), (100.0, 0.90)],
+             "ours-best-seed1": [(0, 0.80), (150.0, 0.87), (300.0, 0.89)],
+             "ours-hf-seed0": [(0, 0.80), (500.0, 0.86)]}  # not finished: not kept
+    for name, rows in evals.items():
+        (runs / name).mkdir(parents=True)
+        (runs / name / "metrics.jsonl").write_text("".join(
+            json.dumps({"step": i, "time/train_cumulative": t, "eval/mean_at_n": em}) + "\n"
+            for i, (t, em) in enumerate(rows)))
+        (runs / name / "provenance.json").write_text("{}\n")
+        if name != "ours-hf-seed0":
+            (runs / name / "DONE").write_text("finished\n")
+    out = records.keep(runs, kept, {"target": 0.88}, {"kind": "lognormal"})
+    assert out["kept"] == ["ours-best-seed0", "ours-best-seed1", "trl-seed0"]
+    assert json.loads((kept / "trl-seed0" / "settings.json").read_text()) == \
+        {"target": 0.88, "latency": None}
+    lines = records.summary(kept, 0.88)
+    by_run = {x["run"]: x for x in lines if x["bench"] == "vs_trl"}
+    assert by_run["trl-seed0"]["seconds_to_target"] == 800.0
+    assert by_run["ours-best-seed1"]["seconds_to_target"] == 300.0
+    assert by_run["ours-best-seed1"]["final_dev_em"] == 0.89
+    ratio = next(x for x in lines if x["bench"] == "vs_trl_ratio")
+    assert ratio["arm"] == "ours-best" and ratio["ratio_to_trl"] == (100.0 + 300.0) / 2 / 800.0
