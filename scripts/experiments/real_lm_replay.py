@@ -10,12 +10,14 @@ of issue 50 (SmolLM2-135M-Instruct + LoRA on WikiSearch-v0, vLLM on this CPU), f
 HDR at the paper's search defaults, FreshPER, query recycling; replay_suite.py documents each)
 on preset ``smollm2-search`` with the settings below, one run at a time with both cores,
 seed-major (a grid cut short has whole seeds), into ``runs/real_lm_replay/<method>-s<seed>``. A
-run killed at a session's end resumes from its last checkpoint (replay buffer included) on the
-next call; a finished one is skipped. At the end of each call the suite's analysis (time to
+killed run resumes from its last checkpoint (replay buffer included) on the next call on the
+same machine; a finished one is skipped. ``runs/`` goes with a session's machine: ``keep`` each
+run as it finishes, and ``run`` first restores the kept runs as archived ones (records, no
+weights), which it skips and analyses. At the end of each call the suite's analysis (time to
 ``TARGET`` over on_policy_larger's, per seed, mean and spread; the frontier plot; the replay
 diagnostics) is written to ``runs/real_lm_replay/analysis/`` and one JSON line printed.
 
-``keep``: every run's config, metrics, provenance and samples, and the analysis, into
+``keep``: every finished run's config, metrics, provenance and samples, and the analysis, into
 ``docs/results/real_lm_replay/`` (no weights).
 
 Fixed before the first run (committed in this file): the target, the warm start, the budget.
@@ -24,6 +26,7 @@ Fixed before the first run (committed in this file): the target, the warm start,
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -53,7 +56,28 @@ docs/results/real_lm/rl-v4-seed1; every 5 steps, sized for the ~105 s steps befo
 spend more time on evals than on training)."""
 
 
+def restore_kept(kept: Path = KEPT, out: Path = OUT) -> list[str]:
+    """The kept finished runs back into ``out`` as archived runs (their records, no weights),
+    which the suite skips and its analysis reads: ``runs/`` does not outlive a session's
+    machine, the kept records do. An unfinished run there is replaced by its kept twin."""
+    from agentsearch.recipes.runner import ARCHIVED, run_finished
+
+    done = []
+    for src in sorted(p for p in kept.glob("*-s*") if (p / "metrics.jsonl").exists()):
+        run_dir = out / src.name
+        if run_finished(run_dir):
+            continue
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
+        shutil.copytree(src, run_dir)
+        (run_dir / ARCHIVED).write_text(json.dumps({"from": str(src)}) + "\n")
+        done.append(src.name)
+    return done
+
+
 def run(a) -> int:
+    if not a.dry_run and (restored := restore_kept()):
+        print(f"[real_lm_replay] restored kept runs: {' '.join(restored)}", flush=True)
     cmd = [sys.executable, str(ROOT / "scripts" / "experiments" / "replay_suite.py"),
            "--preset", "smollm2-search", "--methods", "real_lm", "--seeds", *map(str, a.seeds),
            "--parallel", "1", "--threads-per-run", "2", "--latency", "none",
@@ -66,8 +90,13 @@ def run(a) -> int:
 
 
 def keep(_a) -> int:
+    """Finished runs only (``run`` restores what is kept as finished; keep each run as it
+    finishes: a session's end takes ``runs/`` with it)."""
+    from agentsearch.recipes.runner import ARCHIVED, run_finished
+
     KEPT.mkdir(parents=True, exist_ok=True)
-    for run_dir in sorted(p for p in OUT.glob("*-s*") if (p / "metrics.jsonl").exists()):
+    for run_dir in sorted(p for p in OUT.glob("*-s*")
+                          if run_finished(p) and not (p / ARCHIVED).exists()):
         dest = KEPT / run_dir.name
         dest.mkdir(exist_ok=True)
         for name in ("config.yaml", "metrics.jsonl", "provenance.json"):
