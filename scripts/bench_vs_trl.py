@@ -221,7 +221,8 @@ def ours_overrides(seed: int, latency: bool) -> list[str]:
            "advantage_scale=std", f"lora.r={lora['r']}", f"lora.alpha={lora['alpha']}",
            "lora.dropout=0.0", f"lora.target_modules=[{','.join(lora['targets'])}]",
            f"eval.every={s['eval_every']}", f"eval.limit={s['eval_limit']}", "eval.n=1",
-           "eval.temperature=0.0", f"checkpoint_every={s['eval_every']}",
+           "eval.temperature=0.0", "eval.backend=vllm", "eval.vllm_dtype=float32",
+           f"checkpoint_every={s['eval_every']}",
            f"time_budget_s={s['time_budget_s']}", f"steps={s['max_steps']}",
            f"eval.stop_at={s['stop_at']}"]
     if latency:
@@ -238,8 +239,9 @@ OURS = {"ours-hf": ["generation.backend=hf", "replay.kind=none", "async.enabled=
 
 def trl_evaluate(tok, folder: Path, seed: int, log: Path):
     """The TRL arm's scorer: agentsearch's evaluator (``agentsearch eval``, the ours-hf arm's
-    config but the fp32 vLLM engine, whose greedy tokens are HF's) on the policy so far, saved
-    merged into ``folder`` for the call and removed after."""
+    config: the fp32 vLLM engine of ``eval.backend=vllm``, whose greedy tokens are HF's, which
+    scores agentsearch's arms too) on the policy so far, saved merged into ``folder`` for the
+    call and removed after."""
     import shutil
 
     from trl_peer import save_merged

@@ -255,7 +255,7 @@ def main(a) -> int:
     from pathlib import Path
 
     from agentsearch.core.reliability import OutageError, outages
-    from agentsearch.trainer.setup import build_backend, preflight
+    from agentsearch.trainer.setup import build_backend, eval_engine_config, preflight
 
     cfg, model, tok = cli_policy(a)
     outages.configure(budget_s=cfg.reliability.outage_budget_s,
@@ -276,7 +276,7 @@ def main(a) -> int:
     with EventLoop() as events:
         events.own(envs)
         preflight(envs[0], loop=events)  # a dead retriever is a one-line error, not zero scores
-        backend = build_backend(cfg, model, tok)
+        backend = build_backend(eval_engine_config(cfg), model, tok)
         events.own(backend)
         t0 = time.perf_counter()
         # progress on stderr, one line per turn (terminal or not); stdout stays the JSON alone

@@ -56,6 +56,7 @@ from agentsearch.trainer.setup import (
     build_health,
     build_policy,
     build_replay,
+    eval_engine_config,
     preflight,
 )
 from agentsearch.trainer.start import (
@@ -105,6 +106,11 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
     sft_metrics, ref_logprobs = warm_start_run(cfg, run_dir, step, model, tok, envs)
     backend = build_backend(cfg, model, tok)
     events.own(backend)  # a vLLM engine shuts down with the run
+    # eval.backend=vllm: evals on an engine of their own, synced before each
+    scorer = backend if cfg.eval.backend == "train" else \
+        build_backend(eval_engine_config(cfg), model, tok)
+    if scorer is not backend:
+        events.own(scorer)
     # phase 1's rollout of each step
     rollouts = StepRollouts(cfg, envs, backend, sampler, events, state)
     logger = MetricsLogger(run_dir, tensorboard=cfg.tensorboard, wandb_project=cfg.wandb_project,
@@ -119,7 +125,9 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
 
     def run_eval() -> dict:  # a few decoded episodes go to RUN_DIR/samples/step-N.txt
         with timer.phase("eval"), rollouts.held():  # groups in play wait
-            return evaluate(backend, eval_env_list, eval_tasks, **eval_settings(cfg),
+            if scorer is not backend:
+                scorer.sync(model)
+            return evaluate(scorer, eval_env_list, eval_tasks, **eval_settings(cfg),
                             samples_to=run_dir / "samples" / f"step-{step}.txt", loop=events)
 
     last = {}

@@ -5,6 +5,7 @@ task sampler, tool-latency profile. Kept out of ``loop.py`` so the loop reads to
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import random
 from pathlib import Path
@@ -22,8 +23,8 @@ from agentsearch.trainer.health import HealthMonitor
 from agentsearch.trainer.train_config import TrainConfig
 
 __all__ = ["resolve_device", "build_policy", "engine_dtype", "build_health", "build_backend",
-           "build_envs", "build_replay", "TaskSampler", "LatencyTool", "seed_everything",
-           "preflight", "policy_tokenizer"]
+           "eval_engine_config", "build_envs", "build_replay", "TaskSampler", "LatencyTool",
+           "seed_everything", "preflight", "policy_tokenizer"]
 
 
 def seed_everything(seed: int) -> None:
@@ -160,6 +161,17 @@ def build_backend(cfg: TrainConfig, model, tok):
                        enforce_eager=cfg.generation.vllm_enforce_eager,
                        lora_sync=cfg.generation.vllm_lora_sync,
                        prefix_caching=cfg.generation.vllm_prefix_caching)
+
+
+def eval_engine_config(cfg: TrainConfig) -> TrainConfig:
+    """The config whose ``build_backend`` is the engine evals generate with (``eval.backend``):
+    the run's own, or a vLLM engine of ``eval.vllm_dtype`` alone (no LoRA of its own: the
+    policy's weights merged in at each sync, as ``vllm_lora_sync=merged``)."""
+    if cfg.eval.backend == "train":
+        return cfg
+    gen = dataclasses.replace(cfg.generation, backend="vllm", vllm_dtype=cfg.eval.vllm_dtype,
+                              vllm_lora_sync="merged")
+    return dataclasses.replace(cfg, generation=gen)
 
 
 def build_envs(cfg: TrainConfig, count: int, split: str = "train",

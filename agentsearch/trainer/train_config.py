@@ -109,6 +109,14 @@ class EvalConfig:
     chunk starts (0 = all at once). With vLLM prefix caching a chunk's later turns find their
     earlier turns' KV still cached; all 300 at once overflow the KV cache and prefill the whole
     conversation again at each turn (``real_lm.md`` measures it)."""
+    backend: Literal["train", "vllm"] = "train"
+    """The engine evals generate with: ``train`` = the run's own generation backend; ``vllm`` =
+    a vLLM engine of its own (``eval.vllm_dtype``), given the weights as trained so far before
+    each eval, so that runs which generate differently (HF, a bf16 engine, TRL's trainer in
+    scripts/bench_vs_trl.py) are scored by the same engine. ``agentsearch eval`` uses it too."""
+    vllm_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "float32"
+    """The weights and KV cache of that engine (``eval.backend=vllm``); float32 greedy picks
+    the HF policy's own tokens."""
     stop_at: float | None = None
     """Stop the run after the first eval (step 0's included) whose ``eval/mean_at_n`` reaches
     this: a run timed to a target score ends there (checkpointed, final weights saved); None =

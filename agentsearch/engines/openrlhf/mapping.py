@@ -140,6 +140,8 @@ NOTES: dict[str, str] = {
     "eval.per_source": "how the eval prompt file samples a multi-source file (as the local eval)",
     "eval.chunk": "not applicable (OpenRLHF's agent executor plays each eval episode on its own "
                   "against vLLM's async engine)",
+    "eval.backend": "not applicable (OpenRLHF's evals generate on its own vLLM engines)",
+    "eval.vllm_dtype": "not applicable (the vLLM engines' dtype is the launch's)",
     "eval.stop_at": "refused unless none: the OpenRLHF launch runs `steps` (it does not end a "
                     "run at a score)",
     "seed": "and the prompt order",
