@@ -141,3 +141,25 @@ def test_kept_records_and_time_to_target_by_hand(tmp_path):
     assert by_run["ours-best-seed1"]["final_dev_em"] == 0.89
     ratio = next(x for x in lines if x["bench"] == "vs_trl_ratio")
     assert ratio["arm"] == "ours-best" and ratio["ratio_to_trl"] == (100.0 + 300.0) / 2 / 800.0
+
+
+@pytest.mark.parametrize("arm", ["ours-hf", "ours-best"])
+@pytest.mark.parametrize("latency", [False, True])
+def test_the_agentsearch_arms_resolve_to_the_shared_settings(arm, latency):
+    """Each agentsearch arm's overrides resolve on the preset (validated) to ``SETTINGS``: the
+    same group, turns, lr, clip, LoRA and target stop as TRL's, scored on the fp32 engine."""
+    from agentsearch.core.config import apply_overrides
+    from agentsearch.trainer.train_config import TrainConfig
+
+    bench = _script("bench_vs_trl")
+    s = bench.SETTINGS
+    cfg = apply_overrides(TrainConfig, "smollm2-search",
+                          bench.ours_overrides(0, latency) + bench.OURS[arm])
+    assert (cfg.prompts_per_step, cfg.group_size, cfg.max_turns, cfg.lr, cfg.clip_low,
+            cfg.clip_high, cfg.lora.r, cfg.lora.alpha) == (
+        s["prompts"], s["group"], s["max_turns"], s["lr"], s["clip"], s["clip"],
+        s["lora"]["r"], s["lora"]["alpha"])
+    assert (cfg.eval.stop_at, cfg.eval.backend, cfg.eval.vllm_dtype) == (
+        bench.TARGET, "vllm", "float32")
+    assert cfg.generation.backend == ("hf" if arm == "ours-hf" else "vllm")
+    assert (cfg.tool_latency.kind != "none") == latency
