@@ -51,8 +51,9 @@ class SearchTaskEnv:
     (``{"mean_s", "sigma"}``): each call also waits a log-normal delay, as a remote search API
     would make TRL's (synchronous) tool call wait."""
 
-    def __init__(self, env, latency: dict | None = None, seed: int = 0) -> None:
-        self.env, self.latency = env, latency
+    def __init__(self, env, latency: dict | None = None, seed: int = 0,
+                 clock: dict | None = None) -> None:
+        self.env, self.latency, self.clock = env, latency, clock
         self.rng = random.Random(seed)
 
     def reset(self, **row) -> None:
@@ -66,23 +67,29 @@ class SearchTaskEnv:
         Args:
             query: the search query
         """
+        t0 = time.perf_counter()
         if self.latency:
             time.sleep(lognormal_s(self.rng, self.latency["mean_s"], self.latency["sigma"]))
         out, _latency, _error = run_sync(
             self.env._call_tool("search", {"query": query}, {"infra_errors": 0}))
+        if self.clock is not None:
+            self.clock["env"] = self.clock.get("env", 0.0) + time.perf_counter() - t0
         return out
 
 
-def env_factory(env_id: str, latency: dict | None = None, **env_kwargs):
+def env_factory(env_id: str, latency: dict | None = None, clock: dict | None = None,
+                **env_kwargs):
     """A zero-argument factory of ``SearchTaskEnv`` over ``make_env(env_id, **env_kwargs)``
-    (TRL's ``environment_factory``); each instance draws its latencies from its own seed."""
+    (TRL's ``environment_factory``); each instance draws its latencies from its own seed and
+    adds its tool seconds to ``clock["env"]``."""
     import agentsearch
 
     made = [0]
 
     def make() -> SearchTaskEnv:
         made[0] += 1
-        return SearchTaskEnv(agentsearch.make_env(env_id, **env_kwargs), latency, seed=made[0])
+        return SearchTaskEnv(agentsearch.make_env(env_id, **env_kwargs), latency, seed=made[0],
+                             clock=clock)
 
     return make
 
@@ -193,7 +200,39 @@ def save_merged(model, tok, folder: Path) -> Path:
     return folder
 
 
-def _eval_callback(out: Path, s: dict, evaluate: Callable[[Any, int], dict]):
+def time_phases(trainer, clock: dict) -> None:
+    """Add the seconds of TRL's rollout parts to ``clock`` as they run: ``generate`` (the
+    multi-turn generation, tool calls included), ``reward``, ``rollout`` (generation, rewards
+    and the old-policy logprobs: ``_generate_and_score_completions``). TRL itself reports them
+    only to W&B/MLflow (``profiling_context``)."""
+    for method, key in (("_generate", "generate"), ("_calculate_rewards", "reward"),
+                        ("_generate_and_score_completions", "rollout")):
+        inner = getattr(trainer, method)
+
+        def timed(*args, _inner=inner, _key=key, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return _inner(*args, **kwargs)
+            finally:
+                clock[_key] = clock.get(_key, 0.0) + time.perf_counter() - t0
+
+        setattr(trainer, method, timed)
+
+
+def step_phases(clock: dict, step_s: float) -> dict:
+    """One optimizer step's seconds by phase, named as agentsearch's (``time/*``), from the
+    ``clock`` of ``time_phases`` and the tools: ``generate`` without the tool calls, ``env``
+    (tool calls), ``reward``, ``logprobs`` (the rest of the rollout: old-policy logprobs),
+    ``update`` (the step past the rollout: forward, backward, optimizer)."""
+    get = lambda k: clock.get(k, 0.0)  # noqa: E731
+    return {"time/step": step_s, "time/generate": get("generate") - get("env"),
+            "time/env": get("env"), "time/reward": get("reward"),
+            "time/logprobs": get("rollout") - get("generate") - get("reward"),
+            "time/update": step_s - get("rollout")}
+
+
+def _eval_callback(out: Path, s: dict, evaluate: Callable[[Any, int], dict],
+                   clock: dict | None = None):
     """A ``TrainerCallback`` that keeps ``out/metrics.jsonl`` as agentsearch's runs do: each
     optimizer step's TRL logs and ``time/train_cumulative`` (wall clock of the steps, without
     the evals and checkpoint saves), every ``eval_every`` steps ``evaluate(model, step)``; it
@@ -220,9 +259,13 @@ def _eval_callback(out: Path, s: dict, evaluate: Callable[[Any, int], dict]):
             self.mark = time.perf_counter()
 
         def on_step_end(self, args, state, control, model=None, **kw):
-            self.train_s += time.perf_counter() - self.mark
+            step_s = time.perf_counter() - self.mark
+            self.train_s += step_s
             control.should_training_stop = self.train_s >= budget
             self.pending = {"step": state.global_step, "time/train_cumulative": self.train_s}
+            if clock is not None:  # this step's phases (time_phases)
+                self.pending.update(step_phases(clock, step_s))
+                clock.clear()
             if state.global_step % every == 0 or control.should_training_stop:
                 self.pending.update(evaluate(model, state.global_step))
                 em = self.pending.get("eval/mean_at_n", float("-inf"))
@@ -245,7 +288,8 @@ def _eval_callback(out: Path, s: dict, evaluate: Callable[[Any, int], dict]):
 
 
 def build_trainer(s: dict, args, rows: list[dict], model, tok, *, env_id: str,
-                  env_kwargs: dict, callbacks=(), latency: dict | None = None):
+                  env_kwargs: dict, callbacks=(), latency: dict | None = None,
+                  clock: dict | None = None):
     """TRL's ``GRPOTrainer`` over ``rows`` with the env's tool, ``answer_reward`` and the LoRA
     of the shared settings ``s``: a fresh one on a plain ``model``, or ``model``'s own when it
     is a peft model already (the warm-start adapter trained on, as agentsearch's
@@ -257,11 +301,14 @@ def build_trainer(s: dict, args, rows: list[dict], model, tok, *, env_id: str,
     lora = s["lora"]
     fresh = LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=0.0,
                        target_modules=lora["targets"], task_type="CAUSAL_LM")
-    return GRPOTrainer(
+    trainer = GRPOTrainer(
         model=model, reward_funcs=[answer_reward], args=args,
         train_dataset=Dataset.from_list(rows), processing_class=tool_parsing_tokenizer(tok),
-        environment_factory=env_factory(env_id, latency, **env_kwargs),
+        environment_factory=env_factory(env_id, latency, clock, **env_kwargs),
         peft_config=None if hasattr(model, "peft_config") else fresh, callbacks=list(callbacks))
+    if clock is not None:
+        time_phases(trainer, clock)
+    return trainer
 
 
 def run_trl(out: Path, s: dict, rows: list[dict], model, tok, *, seed: int,
@@ -273,8 +320,9 @@ def run_trl(out: Path, s: dict, rows: list[dict], model, tok, *, seed: int,
     from transformers.trainer_utils import get_last_checkpoint
 
     out.mkdir(parents=True, exist_ok=True)
+    clock: dict = {}  # the step's seconds by phase (time_phases, step_phases)
     trainer = build_trainer(s, trl_config(s, out / "trl", seed), rows, model, tok,
-                            env_id=env_id, env_kwargs=env_kwargs, latency=latency,
-                            callbacks=[_eval_callback(out, s, evaluate)])
+                            env_id=env_id, env_kwargs=env_kwargs, latency=latency, clock=clock,
+                            callbacks=[_eval_callback(out, s, evaluate, clock)])
     last = get_last_checkpoint(str(out / "trl")) if (out / "trl").exists() else None
     trainer.train(resume_from_checkpoint=last)

@@ -163,3 +163,30 @@ def test_the_agentsearch_arms_resolve_to_the_shared_settings(arm, latency):
         bench.TARGET, "vllm", "float32")
     assert cfg.generation.backend == ("hf" if arm == "ours-hf" else "vllm")
     assert (cfg.tool_latency.kind != "none") == latency
+
+
+def test_trl_step_phases_by_hand():
+    """TRL's rollout parts timed as they run (wrapped methods; the tools' seconds from the
+    env), one step split into agentsearch's phase names."""
+    import time
+
+    class Trainer:  # what time_phases wraps: the generation calls the tools and the rewards
+        def _generate(self, x):
+            time.sleep(0.02)
+            return x
+
+        def _calculate_rewards(self, x):
+            return x
+
+        def _generate_and_score_completions(self, x):
+            return self._calculate_rewards(self._generate(x))
+
+    clock: dict = {}
+    trainer = Trainer()
+    peer.time_phases(trainer, clock)
+    assert trainer._generate_and_score_completions(7) == 7
+    assert clock["rollout"] >= clock["generate"] >= 0.02 and "reward" in clock
+    clock = {"generate": 6.0, "env": 1.5, "reward": 0.5, "rollout": 7.0}
+    assert peer.step_phases(clock, 10.0) == {
+        "time/step": 10.0, "time/generate": 4.5, "time/env": 1.5, "time/reward": 0.5,
+        "time/logprobs": 0.5, "time/update": 3.0}
