@@ -38,6 +38,7 @@ from typing import Any
 from agentsearch.envs.rewards import step_rewards
 from agentsearch.envs.text_env import run_sync
 from agentsearch.envs.tools.latency import lognormal_s
+from agentsearch.trainer.metrics import memory_metrics
 
 __all__ = ["SearchTaskEnv", "env_factory", "answer_reward", "task_rows",
            "tool_parsing_tokenizer", "split_turns", "trl_config", "save_merged", "build_trainer",
@@ -170,9 +171,10 @@ def trl_config(s: dict, out: Path, seed: int, **over):
     """``GRPOConfig`` for the shared settings ``s`` (``bench_vs_trl.SETTINGS``), every one that
     differs from TRL's default given explicitly: one optimizer step per ``prompts x group``
     generation batch, constant lr, Adam betas (0.9, 0.999), clip 0.2 both ways, ``dapo``
-    (token-level) loss, no KL, fp32 on the CPU, no gradient checkpointing (memory is not what
-    binds here, and agentsearch does not checkpoint), the dataset's order kept (the rows are
-    already in agentsearch's sampler order)."""
+    (token-level) loss, no KL, fp32 on the CPU, TRL's default gradient checkpointing (without
+    it the TRL process reached 24.2 GB of anonymous memory in its fourth step, 8 prompts x 8,
+    and the kernel killed it: 2026-12-07, this 24 GB machine), the dataset's order kept (the
+    rows are already in agentsearch's sampler order)."""
     from trl import GRPOConfig
 
     kw = dict(
@@ -185,7 +187,7 @@ def trl_config(s: dict, out: Path, seed: int, **over):
         top_p=1.0, learning_rate=s["lr"], lr_scheduler_type="constant", warmup_steps=0,
         adam_beta1=0.9, adam_beta2=0.999, weight_decay=0.0, max_grad_norm=1.0,
         epsilon=s["clip"], epsilon_high=s["clip"], loss_type="dapo", beta=0.0,
-        scale_rewards="group", gradient_checkpointing=False, logging_steps=1,
+        scale_rewards="group", gradient_checkpointing=True, logging_steps=1,
         save_strategy="steps", save_steps=s["eval_every"], max_steps=s["max_steps"])
     kw.update(over)
     return GRPOConfig(**kw)
@@ -262,7 +264,8 @@ def _eval_callback(out: Path, s: dict, evaluate: Callable[[Any, int], dict],
             step_s = time.perf_counter() - self.mark
             self.train_s += step_s
             control.should_training_stop = self.train_s >= budget
-            self.pending = {"step": state.global_step, "time/train_cumulative": self.train_s}
+            self.pending = {"step": state.global_step, "time/train_cumulative": self.train_s,
+                            **memory_metrics()}
             if clock is not None:  # this step's phases (time_phases)
                 self.pending.update(step_phases(clock, step_s))
                 clock.clear()
