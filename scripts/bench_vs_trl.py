@@ -23,9 +23,9 @@ clock (``stop_at``, ``time_budget_s``), scored by agentsearch's
 evaluator (greedy, the same 300 dev questions) at step 0 and every ``eval_every`` steps, its
 time outside the clock. Arms: ``trl`` (GRPOTrainer, HF generation, ``trl_peer.run_trl``),
 ``ours-hf`` (agentsearch, HF generation: like for like), ``ours-best`` (agentsearch with the
-bf16 vLLM engine and HDR replay, lock-step: ``OURS`` says why not overlapped). ``--latency``:
-every search call also waits a log-normal delay of mean 0.5 s (sigma 0.5), in TRL one call
-after another.
+bf16 vLLM engine, streaming rollout beside the update, HDR replay; AVX512 machines only:
+``OURS``). ``--latency``: every search call also waits a log-normal delay of mean 0.5 s
+(sigma 0.5), in TRL one call after another.
 Runs go to ``runs/vs_trl/<arm>[-lat]-seed<k>``, nothing else should run beside them; ``keep``
 copies a finished run's records into ``docs/results/vs_trl/`` (``runs/`` does not outlive a
 session's machine: keep each run as it finishes; ``run`` skips a kept one).
@@ -232,12 +232,15 @@ def ours_overrides(seed: int, latency: bool) -> list[str]:
 
 
 OURS = {"ours-hf": ["generation.backend=hf", "replay.kind=none", "async.enabled=false"],
-        "ours-best": ["generation.backend=vllm", "async.enabled=false", "replay.kind=hdr"]}
+        "ours-best": ["generation.backend=vllm", "async.enabled=true", "async.max_staleness=1",
+                      "replay.kind=hdr", "rescore_groups=none"]}
 """agentsearch's arms: like for like (HF generation, lock-step, no replay), and at its best
-here (the preset's bf16 vLLM engine and HDR replay, lock-step). The rollout overlapped with the
-update (``async.max_staleness=1``, ``rescore_groups=none``) stalled on this 2-core machine
-(2026-12-07): its first overlapped step had not ended after 7 minutes (a lock-step step: ~34 s),
-22 search calls timed out at 30 s while vLLM's engine steps and the update shared the cores."""
+(the overlapped rollout needs every group rescored: ``rescore_groups=none``). ``ours-best``
+generates with the preset's bf16 vLLM engine, which needs AVX512 (bf16 or AMX): on an
+AVX2-only machine (2026-12-07) its first steps ran more than 10x slower than on the AVX512
+machine of the kept real-LM runs (a lock-step rollout not done after 3 minutes against a
+median 17.6 s), so the arms are compared on one machine kind only (each run's
+``provenance.json`` names it)."""
 
 
 def trl_evaluate(tok, folder: Path, seed: int, log: Path):
