@@ -62,7 +62,9 @@ class SamplingConfig:
     """The engine's weights and KV cache: ``auto`` is the policy's dtype (float32 on CPU). The
     trainer keeps its own; the sampler's logprobs then differ from the trainer's by the
     rounding (``rollout/logprob_gap`` measures it each step). ``bfloat16`` on a CPU with AMX
-    (this machine's Xeon): see docs/results/real_lm.md for the measured speed and gap."""
+    (this machine's Xeon): see docs/results/real_lm.md for the measured speed and gap. Not on an
+    AVX2-only CPU: there (an AMD EPYC without AVX512, 2026-12-07) the bf16 engine's rollouts ran
+    more than 10x slower than on the AVX512 machine of the kept runs; use ``float32``."""
     vllm_lora_sync: Literal["adapter", "merged"] = "adapter"
     """How a LoRA policy reaches vLLM after each update: ``adapter`` (a new ``LoRARequest``;
     the usual path on GPUs) or ``merged`` (base + adapter delta streamed into an engine
