@@ -46,6 +46,16 @@ def time_to_target(rows: list[dict], target: float) -> tuple[float | None, float
     return seconds, (evals[-1]["eval/mean_at_n"] if evals else None)
 
 
+PHASES = ("generate", "env", "reward", "logprobs", "update")
+"""The per-step phases both systems log (``time/<phase>``; TRL's: ``trl_peer.step_phases``)."""
+
+
+def median_phases(steps: list[dict]) -> dict[str, float]:
+    """Each phase's median seconds over the steps that logged it."""
+    return {p: statistics.median(r[f"time/{p}"] for r in steps if f"time/{p}" in r)
+            for p in PHASES if any(f"time/{p}" in r for r in steps)}
+
+
 def summary(out: Path, target: float) -> list[dict]:
     """One line per run in ``out`` (``<arm>[-lat]-seed<k>``) and one per arm's ratio of mean
     time to target over TRL's, for each latency setting."""
@@ -66,7 +76,8 @@ def summary(out: Path, target: float) -> list[dict]:
                           "final_dev_em": final, "training_s": max(
                               (r.get("time/train_cumulative", 0.0) for r in rows), default=0.0),
                           "steps": len(steps), "median_step_s":
-                          statistics.median(per_step) if per_step else None})
+                          statistics.median(per_step) if per_step else None,
+                          "median_phase_s": median_phases(steps)})
         ref = [t for t in times.get("trl", []) if t is not None]
         for arm, ts in times.items():
             got = [t for t in ts if t is not None]

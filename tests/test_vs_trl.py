@@ -139,6 +139,10 @@ def test_kept_records_and_time_to_target_by_hand(tmp_path):
     assert by_run["trl-seed0"]["seconds_to_target"] == 800.0
     assert by_run["ours-best-seed1"]["seconds_to_target"] == 300.0
     assert by_run["ours-best-seed1"]["final_dev_em"] == 0.89
+    assert records.median_phases([{"time/step": 9.0, "time/generate": 4.0, "time/update": 3.0},
+                                  {"time/step": 7.0, "time/generate": 2.0},
+                                  {"time/step": 8.0, "time/generate": 3.0}]) == \
+        {"generate": 3.0, "update": 3.0}
     ratio = next(x for x in lines if x["bench"] == "vs_trl_ratio")
     assert ratio["arm"] == "ours-best" and ratio["ratio_to_trl"] == (100.0 + 300.0) / 2 / 800.0
 
