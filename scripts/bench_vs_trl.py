@@ -30,8 +30,9 @@ Runs go to ``runs/vs_trl/<arm>[-lat]-seed<k>``, nothing else should run beside t
 copies a finished run's records into ``docs/results/vs_trl/`` (``runs/`` does not outlive a
 session's machine: keep each run as it finishes; ``run`` skips a kept one).
 
-``summary``: per arm, the training seconds to reach ``TARGET`` (fixed before the first run) and
-their ratio to TRL's, seconds per step by phase, final dev EM; one JSON line each.
+``summary``: per run, the training seconds to reach ``TARGET`` (fixed before the first run),
+seconds per step by phase, generated tokens per second, final dev EM; per arm, its mean time
+to target over TRL's, only between runs on one CPU kind (provenance); one JSON line each.
 """
 
 from __future__ import annotations
@@ -312,7 +313,8 @@ def keep(a) -> int:
 
 
 def summary(a) -> int:
-    for line in vs_trl_records.summary(a.out, TARGET):
+    rollouts = SETTINGS["prompts"] * SETTINGS["group"]
+    for line in vs_trl_records.summary(a.out, TARGET, rollouts):
         print(json.dumps(line))
     return 0
 

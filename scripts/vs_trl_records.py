@@ -4,6 +4,7 @@ kept in the repository, and per run and per arm the training seconds to the targ
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import statistics
 from pathlib import Path
@@ -56,33 +57,76 @@ def median_phases(steps: list[dict]) -> dict[str, float]:
             for p in PHASES if any(f"time/{p}" in r for r in steps)}
 
 
-def summary(out: Path, target: float) -> list[dict]:
-    """One line per run in ``out`` (``<arm>[-lat]-seed<k>``) and one per arm's ratio of mean
-    time to target over TRL's, for each latency setting."""
-    lines = []
-    for latency in ("", "-lat"):
-        times: dict[str, list] = {}
-        for folder in sorted(out.glob(f"*{latency}-seed*")):
-            arm = folder.name.split(f"{latency}-seed")[0]
-            if latency == "" and arm.endswith("-lat") or not (folder / "metrics.jsonl").exists():
-                continue
-            rows = [json.loads(x) for x in (folder / "metrics.jsonl").open()]
-            t, final = time_to_target(rows, target)
-            steps = [r for r in rows if "time/step" in r or "trl/step_time" in r]
-            per_step = [r.get("time/step", r.get("trl/step_time")) for r in steps]
-            times.setdefault(arm, []).append(t)
-            lines.append({"bench": "vs_trl", "run": folder.name, "arm": arm,
-                          "latency": bool(latency), "target": target, "seconds_to_target": t,
-                          "final_dev_em": final, "training_s": max(
-                              (r.get("time/train_cumulative", 0.0) for r in rows), default=0.0),
-                          "steps": len(steps), "median_step_s":
-                          statistics.median(per_step) if per_step else None,
-                          "median_phase_s": median_phases(steps)})
-        ref = [t for t in times.get("trl", []) if t is not None]
-        for arm, ts in times.items():
+def cpu_kind(folder: Path) -> str:
+    """The run's CPU capability as torch named it in ``provenance.json`` (``AVX2``, ``AVX512``,
+    ...; ``unknown`` without one): the bf16 engine and the fp32 kernels run at different speeds
+    on each, so times compare only within one kind."""
+    try:
+        machine = json.loads((folder / "provenance.json").read_text()).get("machine", "")
+    except (OSError, ValueError):
+        return "unknown"
+    m = re.search(r"torch \S+ (\w+)", machine)
+    return m.group(1) if m else "unknown"
+
+
+def generated_tokens(row: dict, rollouts: int) -> float | None:
+    """The policy's sampled tokens in one step, tool results not counted: agentsearch logs
+    ``tokens/generated``; TRL the mean model-token count per completion (its
+    ``completions/mean_length`` counts ``tool_mask`` = 1 only) over ``rollouts`` completions."""
+    if "tokens/generated" in row:
+        return float(row["tokens/generated"])
+    if "trl/completions/mean_length" in row:
+        return float(row["trl/completions/mean_length"]) * rollouts
+    return None
+
+
+def token_rates(steps: list[dict], rollouts: int) -> dict[str, float]:
+    """Median generated tokens per second of step and per second of the generate phase."""
+    out = {}
+    for name, key in (("tokens_per_step_s", "time/step"), ("tokens_per_generate_s",
+                                                            "time/generate")):
+        rates = [n / r[key] for r in steps
+                 if (n := generated_tokens(r, rollouts)) is not None and r.get(key)]
+        if rates:
+            out[name] = statistics.median(rates)
+    return out
+
+
+def run_line(folder: Path, target: float, rollouts: int) -> dict:
+    """One run's figures: time to ``target``, final dev EM, steps, seconds and tokens/s."""
+    rows = [json.loads(x) for x in (folder / "metrics.jsonl").open()]
+    t, final = time_to_target(rows, target)
+    steps = [r for r in rows if "time/step" in r]
+    return {"bench": "vs_trl", "run": folder.name, "cpu": cpu_kind(folder), "target": target,
+            "seconds_to_target": t, "final_dev_em": final,
+            "training_s": max((r.get("time/train_cumulative", 0.0) for r in rows), default=0.0),
+            "steps": len(steps), "median_step_s":
+            statistics.median(r["time/step"] for r in steps) if steps else None,
+            "median_phase_s": median_phases(steps), **token_rates(steps, rollouts)}
+
+
+def summary(out: Path, target: float, rollouts: int) -> list[dict]:
+    """One line per run in ``out`` (``<arm>[-lat]-seed<k>``, ``rollouts`` completions a step)
+    and, for each latency setting and CPU kind, one per arm's ratio of mean time to target over
+    TRL's on the same kind: runs on different CPU kinds are never paired."""
+    lines, times = [], {}
+    for folder in sorted(out.glob("*-seed*")):
+        if not (folder / "metrics.jsonl").exists():
+            continue
+        arm, _ = folder.name.rsplit("-seed", 1)
+        latency = arm.endswith("-lat")
+        arm = arm.removesuffix("-lat")
+        line = {**run_line(folder, target, rollouts), "arm": arm, "latency": latency}
+        lines.append(line)
+        times.setdefault((latency, line["cpu"]), {}).setdefault(arm, []).append(
+            line["seconds_to_target"])
+    for (latency, cpu), arms in sorted(times.items()):
+        ref = [t for t in arms.get("trl", []) if t is not None]
+        for arm, ts in arms.items():
             got = [t for t in ts if t is not None]
             if arm != "trl" and got and ref:
-                lines.append({"bench": "vs_trl_ratio", "arm": arm, "latency": bool(latency),
-                              "target": target, "ratio_to_trl": statistics.mean(got)
-                              / statistics.mean(ref), "seeds": len(got), "trl_seeds": len(ref)})
+                lines.append({"bench": "vs_trl_ratio", "arm": arm, "latency": latency,
+                              "cpu": cpu, "target": target, "ratio_to_trl":
+                              statistics.mean(got) / statistics.mean(ref),
+                              "seeds": len(got), "of_seeds": len(ts), "trl_seeds": len(ref)})
     return lines

@@ -134,7 +134,7 @@ def test_kept_records_and_time_to_target_by_hand(tmp_path):
     assert out["kept"] == ["ours-best-seed0", "ours-best-seed1", "trl-seed0"]
     assert json.loads((kept / "trl-seed0" / "settings.json").read_text()) == \
         {"target": 0.88, "latency": None}
-    lines = records.summary(kept, 0.88)
+    lines = records.summary(kept, 0.88, 64)
     by_run = {x["run"]: x for x in lines if x["bench"] == "vs_trl"}
     assert by_run["trl-seed0"]["seconds_to_target"] == 800.0
     assert by_run["ours-best-seed1"]["seconds_to_target"] == 300.0
@@ -145,6 +145,42 @@ def test_kept_records_and_time_to_target_by_hand(tmp_path):
         {"generate": 3.0, "update": 3.0}
     ratio = next(x for x in lines if x["bench"] == "vs_trl_ratio")
     assert ratio["arm"] == "ours-best" and ratio["ratio_to_trl"] == (100.0 + 300.0) / 2 / 800.0
+
+
+def test_summary_pairs_runs_on_one_cpu_kind_and_rates_tokens_by_hand(tmp_path):
+    """A ratio pairs only runs whose provenance names the same CPU capability (an AVX512 run
+    never against an AVX2 TRL run); generated tokens per second from agentsearch's
+    ``tokens/generated`` and from TRL's mean model tokens per completion x rollouts."""
+    records = _script("vs_trl_records")
+    machine = "x86_64, 2 cores, AMD EPYC, torch 2.13.0+cpu {}, python 3.11.9"
+    runs = {"trl-seed0": ("AVX2", {"trl/completions/mean_length": 50.0}, 800.0),
+            "ours-best-seed0": ("AVX512", {"tokens/generated": 3200.0}, 100.0),
+            "ours-hf-seed0": ("AVX2", {"tokens/generated": 3000.0}, 600.0),
+            "ours-hf-lat-seed0": ("AVX2", {"tokens/generated": 3000.0}, 700.0)}
+    for name, (cpu, tokens, t) in runs.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "provenance.json").write_text(
+            json.dumps({"machine": machine.format(cpu)}))
+        rows = [{"step": 0, "eval/mean_at_n": 0.8},
+                {"step": 1, "time/step": 40.0, "time/generate": 16.0, **tokens},
+                {"step": 2, "time/step": 40.0, "time/generate": 10.0, **tokens,
+                 "time/train_cumulative": t, "eval/mean_at_n": 0.9}]
+        (tmp_path / name / "metrics.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "odd-seed0").mkdir()  # no records: no line
+    lines = records.summary(tmp_path, 0.88, 64)
+    by_run = {x["run"]: x for x in lines if x["bench"] == "vs_trl"}
+    assert set(by_run) == set(runs)
+    assert by_run["trl-seed0"]["cpu"] == "AVX2" and by_run["ours-best-seed0"]["cpu"] == "AVX512"
+    assert by_run["trl-seed0"]["tokens_per_step_s"] == 50.0 * 64 / 40.0
+    assert by_run["ours-hf-seed0"]["tokens_per_generate_s"] == (3000 / 16 + 3000 / 10) / 2
+    assert (by_run["ours-hf-lat-seed0"]["arm"], by_run["ours-hf-lat-seed0"]["latency"]) == \
+        ("ours-hf", True)
+    ratios = [x for x in lines if x["bench"] == "vs_trl_ratio"]
+    assert [(x["arm"], x["cpu"], x["latency"], x["ratio_to_trl"]) for x in ratios] == \
+        [("ours-hf", "AVX2", False, 600.0 / 800.0)]
+    (tmp_path / "trl-seed0" / "provenance.json").unlink()
+    assert records.cpu_kind(tmp_path / "trl-seed0") == "unknown"
 
 
 @pytest.mark.parametrize("arm", ["ours-hf", "ours-best"])
