@@ -3,7 +3,7 @@
     python scripts/bench_vs_trl.py check   # equivalence: the same tokens in both systems
     python scripts/bench_vs_trl.py run --arms trl ours-hf ours-best --seeds 0 1 [--latency]
     python scripts/bench_vs_trl.py keep     # finished runs' records -> docs/results/vs_trl/
-    python scripts/bench_vs_trl.py summary  # one JSON line per arm and latency
+    python scripts/bench_vs_trl.py summary [--markdown]  # one JSON line per run and ratio
 
 ``check`` (equivalence first, timing second): TRL 1.16's ``GRPOTrainer`` takes one real step on
 SmolLM2-135M-Instruct (the warm-start adapter of the kept run merged in, LoRA on top) over
@@ -313,9 +313,9 @@ def keep(a) -> int:
 
 
 def summary(a) -> int:
-    rollouts = SETTINGS["prompts"] * SETTINGS["group"]
-    for line in vs_trl_records.summary(a.out, TARGET, rollouts):
-        print(json.dumps(line))
+    lines = vs_trl_records.summary(a.out, TARGET, SETTINGS["prompts"] * SETTINGS["group"])
+    print(vs_trl_records.markdown(lines) if a.markdown else
+          "\n".join(json.dumps(line) for line in lines))
     return 0
 
 
@@ -345,6 +345,8 @@ def main() -> int:
     k.add_argument("--to", type=Path, default=KEPT)
     m = sub.add_parser("summary", help="time to target per arm, one JSON line each")
     m.add_argument("--out", type=Path, default=KEPT, help="the runs (default: the kept ones)")
+    m.add_argument("--markdown", action="store_true",
+                   help="the runs' table as docs/from-trl.md prints it, not JSON lines")
     a = ap.parse_args()
     return {"check": check, "run": run, "keep": keep, "summary": summary}[a.cmd](a)
 

@@ -69,12 +69,14 @@ class SearchTaskEnv:
             query: the search query
         """
         t0 = time.perf_counter()
-        if self.latency:
-            time.sleep(lognormal_s(self.rng, self.latency["mean_s"], self.latency["sigma"]))
-        out, _latency, _error = run_sync(
-            self.env._call_tool("search", {"query": query}, {"infra_errors": 0}))
-        if self.clock is not None:
-            self.clock["env"] = self.clock.get("env", 0.0) + time.perf_counter() - t0
+        try:  # a call that raises still spent its seconds in the tool
+            if self.latency:
+                time.sleep(lognormal_s(self.rng, self.latency["mean_s"], self.latency["sigma"]))
+            out, _latency, _error = run_sync(
+                self.env._call_tool("search", {"query": query}, {"infra_errors": 0}))
+        finally:
+            if self.clock is not None:
+                self.clock["env"] = self.clock.get("env", 0.0) + time.perf_counter() - t0
         return out
 
 

@@ -59,14 +59,17 @@ def median_phases(steps: list[dict]) -> dict[str, float]:
 
 def cpu_kind(folder: Path) -> str:
     """The run's CPU capability as torch named it in ``provenance.json`` (``AVX2``, ``AVX512``,
-    ...; ``unknown`` without one): the bf16 engine and the fp32 kernels run at different speeds
-    on each, so times compare only within one kind."""
+    ...; ``mixed`` when a resumed run's sessions ran on different kinds, ``unknown`` without
+    one): the bf16 engine and the fp32 kernels run at different speeds on each, so times
+    compare only within one kind."""
     try:
-        machine = json.loads((folder / "provenance.json").read_text()).get("machine", "")
+        prov = json.loads((folder / "provenance.json").read_text())
     except (OSError, ValueError):
         return "unknown"
-    m = re.search(r"torch \S+ (\w+)", machine)
-    return m.group(1) if m else "unknown"
+    machines = [x.get("machine", "") for x in prov.get("sessions", [prov])]
+    kinds = {m.group(1) if (m := re.search(r"torch \S+ (\w+)", x)) else "unknown"
+             for x in machines}
+    return kinds.pop() if len(kinds) == 1 else "mixed"
 
 
 def generated_tokens(row: dict, rollouts: int) -> float | None:
@@ -97,8 +100,9 @@ def run_line(folder: Path, target: float, rollouts: int) -> dict:
     rows = [json.loads(x) for x in (folder / "metrics.jsonl").open()]
     t, final = time_to_target(rows, target)
     steps = [r for r in rows if "time/step" in r]
+    first = next((r["eval/mean_at_n"] for r in rows if "eval/mean_at_n" in r), None)
     return {"bench": "vs_trl", "run": folder.name, "cpu": cpu_kind(folder), "target": target,
-            "seconds_to_target": t, "final_dev_em": final,
+            "seconds_to_target": t, "first_dev_em": first, "final_dev_em": final,
             "training_s": max((r.get("time/train_cumulative", 0.0) for r in rows), default=0.0),
             "steps": len(steps), "median_step_s":
             statistics.median(r["time/step"] for r in steps) if steps else None,
@@ -130,3 +134,33 @@ def summary(out: Path, target: float, rollouts: int) -> list[dict]:
                               statistics.mean(got) / statistics.mean(ref),
                               "seeds": len(got), "of_seeds": len(ts), "trl_seeds": len(ref)})
     return lines
+
+
+COLUMNS = (("cpu", None), ("step-0 EM", "first_dev_em"), ("last EM", "final_dev_em"),
+           ("s to target", "seconds_to_target"), ("steps", "steps"),
+           ("s/step", "median_step_s"), ("generate", "generate"), ("env", "env"),
+           ("logprobs", "logprobs"), ("update", "update"), ("tokens/s", "tokens_per_step_s"))
+"""The measured table's columns after the run's name: (header, field of a run line or phase
+of its ``median_phase_s``; None: printed as is). Seconds are medians over the run's steps."""
+
+
+def cell(line: dict, field: str | None, header: str) -> str:
+    """One table cell of a run line as the page prints it (``-``: no value)."""
+    if field is None:
+        return str(line[header])
+    value = line.get(field, line["median_phase_s"].get(field))
+    if value is None:
+        return "-"
+    if field in ("first_dev_em", "final_dev_em"):
+        return f"{value:.3f}"
+    return f"{value:,.0f}" if field in ("steps", "seconds_to_target") else f"{value:,.1f}"
+
+
+def markdown(lines: list[dict]) -> str:
+    """The measured table (one row per run line of ``summary``), as docs/from-trl.md prints it."""
+    head = ["run", *(h for h, _ in COLUMNS)]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for line in (x for x in lines if x["bench"] == "vs_trl"):
+        rows.append("| " + " | ".join([line["run"], *(cell(line, f, h) for h, f in COLUMNS)])
+                    + " |")
+    return "\n".join(rows)

@@ -179,8 +179,17 @@ def test_summary_pairs_runs_on_one_cpu_kind_and_rates_tokens_by_hand(tmp_path):
     ratios = [x for x in lines if x["bench"] == "vs_trl_ratio"]
     assert [(x["arm"], x["cpu"], x["latency"], x["ratio_to_trl"]) for x in ratios] == \
         [("ours-hf", "AVX2", False, 600.0 / 800.0)]
+    stamped = {"sessions": [{"machine": machine.format("AVX2")}]}  # stamp_run's layout
+    (tmp_path / "trl-seed0" / "provenance.json").write_text(json.dumps(stamped))
+    assert records.cpu_kind(tmp_path / "trl-seed0") == "AVX2"
+    stamped["sessions"].append({"machine": machine.format("AVX512")})  # resumed elsewhere
+    (tmp_path / "trl-seed0" / "provenance.json").write_text(json.dumps(stamped))
+    assert records.cpu_kind(tmp_path / "trl-seed0") == "mixed"
     (tmp_path / "trl-seed0" / "provenance.json").unlink()
     assert records.cpu_kind(tmp_path / "trl-seed0") == "unknown"
+    table = records.markdown(lines).splitlines()
+    assert table[0].startswith("| run | cpu | step-0 EM |") and len(table) == 2 + len(runs)
+    assert "| trl-seed0 | AVX2 | 0.800 | 0.900 | 800 | 2 | 40.0 | 13.0 |" in table[-1]
 
 
 @pytest.mark.parametrize("arm", ["ours-hf", "ours-best"])
