@@ -345,5 +345,6 @@ FIGURES += [
 # ---------------------------------------------------------------- real_lm.md
 from results_real_lm import REAL_LM_FIGURES  # noqa: E402 (its own module: the registry's size)
 from results_real_lm_v4 import V4_FIGURES  # noqa: E402
+from results_vs_trl import VS_TRL_FIGURES  # noqa: E402 (from-trl.md's measured table)
 
-FIGURES += REAL_LM_FIGURES + V4_FIGURES
+FIGURES += REAL_LM_FIGURES + V4_FIGURES + VS_TRL_FIGURES

@@ -239,3 +239,12 @@ def test_trl_step_phases_by_hand():
     assert peer.step_phases(clock, 10.0) == {
         "time/step": 10.0, "time/generate": 4.5, "time/env": 1.5, "time/reward": 0.5,
         "time/logprobs": 0.5, "time/update": 3.0}
+
+
+def test_the_registrys_target_and_rollouts_are_the_benchs():
+    """``results_vs_trl`` restates the target and the rollouts per step (it must not import
+    the bench): they must be ``bench_vs_trl``'s."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    bench, figures = _script("bench_vs_trl"), _script("results_vs_trl")
+    assert figures.TARGET == bench.TARGET
+    assert figures.ROLLOUTS == bench.SETTINGS["prompts"] * bench.SETTINGS["group"]

@@ -1,0 +1,42 @@
+"""The side-by-side's figures (issue 51) for ``results_registry.FIGURES``: every number of the
+measured table in ``docs/from-trl.md`` (``bench_vs_trl.py summary --markdown``), recomputed
+from the kept runs under ``docs/results/vs_trl/`` by ``vs_trl_records``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import vs_trl_records as V
+from results_sources import R, group
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE, VS = "docs/from-trl.md", R + "vs_trl/"
+TARGET, ROLLOUTS = 0.88, 64
+"""``bench_vs_trl.TARGET`` and its prompts x group (tests/test_vs_trl.py checks both)."""
+
+
+def run_value(run: str, field: str):
+    """A field (or median phase) of the kept run's summary line."""
+    def value(root: Path) -> float:
+        line = V.run_line(root / VS / run, TARGET, ROLLOUTS)
+        return line.get(field, line["median_phase_s"].get(field))
+    return value
+
+
+def table_figures(page_text: str) -> list:
+    """Each numeric cell of every table row that names a kept run (``| <run> | ...``)."""
+    out = []
+    for row in page_text.splitlines():
+        name = row.split("|")[1].strip() if row.startswith("| ") else ""
+        if not (ROOT / VS / name / "metrics.jsonl").exists() or not name:
+            continue
+        cells = [c.strip() for c in row.strip("| ").split(" | ")[1:]]
+        pairs = [(shown, run_value(name, field))
+                 for shown, (_, field) in zip(cells, V.COLUMNS, strict=True)
+                 if field is not None and re.fullmatch(r"[\d,]+(\.\d+)?", shown)]
+        out += group(PAGE, row, VS + name + "/metrics.jsonl", pairs)
+    return out
+
+
+VS_TRL_FIGURES = table_figures((ROOT / PAGE).read_text())
