@@ -11,6 +11,7 @@ import torch
 
 import agentsearch.trainer.loop as loop_module
 import agentsearch.trainer.rollouts as rollouts_module
+import agentsearch.trainer.start as start_module
 from agentsearch.core.config import apply_overrides
 from agentsearch.trainer.checkpoint import rng_state
 from agentsearch.trainer.loop import train
@@ -118,7 +119,7 @@ def test_resume_restores_the_checkpoint_rngs_after_everything_that_reseeds(tmp_p
     """A vLLM engine seeds python/numpy/torch when it starts (vllm/v1/worker/*_worker.py calls
     ``set_random_seed``); here a backend builder that reseeds the same way stands in for it.
     The first step after a resume must start from the checkpoint's RNG states."""
-    real_build, real_rollout, seen = loop_module.build_backend, rollouts_module.arollout, []
+    real_build, real_rollout, seen = start_module.build_backend, rollouts_module.arollout, []
 
     def reseeding_build(*args, **kwargs):
         backend = real_build(*args, **kwargs)
@@ -132,7 +133,7 @@ def test_resume_restores_the_checkpoint_rngs_after_everything_that_reseeds(tmp_p
     train(_cfg(), tmp_path, quiet=True)
     saved = torch.load(tmp_path / "checkpoints" / "step-000001" / "trainer.pt",
                        weights_only=False)["rng"]
-    monkeypatch.setattr(loop_module, "build_backend", reseeding_build)
+    monkeypatch.setattr(start_module, "build_backend", reseeding_build)  # open_engines' call
     monkeypatch.setattr(rollouts_module, "arollout", recording_rollout)
     train(_cfg("steps=2"), tmp_path, resume=True, quiet=True)
     assert [r["step"] for r in _records(tmp_path)] == [0, 1, 2]

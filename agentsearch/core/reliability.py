@@ -72,6 +72,16 @@ class OutageTracker:
         """Seconds spent in outages so far, the current one included."""
         return self._closed_s + (time.monotonic() - self.since if self.since is not None else 0.0)
 
+    def mark(self) -> tuple[float, int]:
+        """Where the counters stand now; ``since_mark(mark)`` reports what happened after."""
+        return self.outage_seconds(), self.transient_errors
+
+    def since_mark(self, mark: tuple[float, int]) -> dict[str, float]:
+        """Since ``mark``: seconds in outages (``health/infra_outage_s``) and failures a
+        client's retry absorbed (``rollout/infra_retried``): one step's metrics."""
+        return {"health/infra_outage_s": self.outage_seconds() - mark[0],
+                "rollout/infra_retried": float(self.transient_errors - mark[1])}
+
     def failed(self, what: str, error: BaseException, attempt: int) -> float:
         """Record an infra error of ``what`` (its ``attempt``-th in a row, from 0); returns the
         seconds to wait before trying again, or raises ``OutageError`` past the budget."""

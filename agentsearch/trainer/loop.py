@@ -23,10 +23,8 @@ One step (the phase names are the ``time/*`` keys):
 6. ``sync``: the new weights go to the generation engine.
 7. metrics, then (excluded from training time) ``eval`` and ``checkpoint``.
 
-Design notes: helpers live in ``setup.py`` (building things), ``start.py`` (the run folder,
-the resume, the warm start, the KL reference), ``rollouts.py`` (phases 1-2),
-``agentsearch.algorithms`` (groups, losses, the update), ``agentsearch.warmstart`` (SFT);
-the replay strategies in ``agentsearch.replay``. ``train()`` returns the final metrics.
+Helpers: ``setup.py`` and ``start.py`` (building and starting), ``rollouts.py`` (phases 1-2),
+``agentsearch.algorithms`` (losses, the update), ``agentsearch.replay``.
 """
 
 from __future__ import annotations
@@ -46,22 +44,15 @@ from agentsearch.rollout import EventLoop
 from agentsearch.rollout.events import worker_thread
 from agentsearch.trainer.checkpoint import save_checkpoint, save_final, set_rng_state
 from agentsearch.trainer.episode_log import EpisodeLog
-from agentsearch.trainer.eval import eval_envs, eval_settings, evaluate
+from agentsearch.trainer.eval import eval_settings, evaluate
 from agentsearch.trainer.metrics import MetricsLogger, memory_metrics, progress_line
 from agentsearch.trainer.rollouts import StepRollouts, fresh_groups
-from agentsearch.trainer.setup import (
-    TaskSampler,
-    build_backend,
-    build_envs,
-    build_health,
-    build_policy,
-    build_replay,
-    eval_engine_config,
-    preflight,
-)
+from agentsearch.trainer.setup import build_health, build_policy, build_replay
 from agentsearch.trainer.start import (
     CountingScorer,
     build_optimizer,
+    open_engines,
+    open_envs,
     open_run,
     resume_run,
     warm_start_run,
@@ -91,28 +82,14 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
     optimizer, scheduler = build_optimizer(cfg, model)
     replay = build_replay(cfg)
     health = build_health(cfg)  # health/* alarms: a run that learns nothing says so
-    n_episodes = (cfg.prompts_per_step + cfg.async_.oversample) * cfg.group_size
-    envs = build_envs(cfg, n_episodes, split="train")
-    events.own(envs)  # their tools and retriever clients close with the loop
-    preflight(envs[0], loop=events)
-    sampler = TaskSampler(envs[0].tasks, seed=cfg.seed, skip=cfg.prompt_skip,
-                          explore=cfg.prompt_skip_explore)
-    eval_env_list, eval_tasks = eval_envs(cfg)
-    events.own(eval_env_list)
+    envs, sampler, (eval_env_list, eval_tasks) = open_envs(cfg, events)  # checked, owned
     score_fn = CountingScorer(cfg, model)  # fresh groups and the replay scan; tokens/scored
     step, state, rng = resume_run(run_dir, resume, model=model, optimizer=optimizer,
                                   scheduler=scheduler, replay=replay, sampler=sampler,
                                   health=health)
     sft_metrics, ref_logprobs = warm_start_run(cfg, run_dir, step, model, tok, envs)
-    backend = build_backend(cfg, model, tok)
-    events.own(backend)  # a vLLM engine shuts down with the run
-    # eval.backend=vllm: evals on an engine of their own, synced before each
-    scorer = backend if cfg.eval.backend == "train" else \
-        build_backend(eval_engine_config(cfg), model, tok)
-    if scorer is not backend:
-        events.own(scorer)
-    # phase 1's rollout of each step
-    rollouts = StepRollouts(cfg, envs, backend, sampler, events, state)
+    backend, scorer = open_engines(cfg, model, tok, events)  # eval.backend=vllm: its own
+    rollouts = StepRollouts(cfg, envs, backend, sampler, events, state)  # phase 1 of each step
     logger = MetricsLogger(run_dir, tensorboard=cfg.tensorboard, wandb_project=cfg.wandb_project,
                            config=to_dict(cfg))
     logger.truncate_after(step if step > 0 else -1)  # from scratch: step 0's record is logged again
@@ -162,7 +139,7 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
             last.get("eval/mean_at_n", float("-inf")) >= cfg.eval.stop_at
 
     while step < cfg.steps and not spent() and not reached():
-        step, outage_s, retried = step + 1, outages.outage_seconds(), outages.transient_errors
+        step, mark = step + 1, outages.mark()
         # 1. generate + env + reward: all episodes of the step in one rollout (or the one played
         # ahead)
         if ahead is None:
@@ -229,9 +206,8 @@ def _train(cfg: TrainConfig, run_dir: Path, events: EventLoop, *, resume: bool,
                         step, state["nonfinite_steps"])
         # 7. metrics, eval and checkpoint (the last two excluded from training time)
         metrics = {**rstats.metrics(), **lmetrics, **replay.metrics(), **rollouts.metrics(),
+                   **outages.since_mark(mark),
                    "train/nonfinite_steps": float(state["nonfinite_steps"]),
-                   "health/infra_outage_s": outages.outage_seconds() - outage_s,
-                   "rollout/infra_retried": float(outages.transient_errors - retried),
                    "tokens/generated": float(rstats.tokens_generated),
                    "tokens/scored": score_fn.reset(),
                    "tokens/trained": lmetrics.get("train/tokens", 0.0), **memory_metrics()}

@@ -29,12 +29,21 @@ from agentsearch.trainer.checkpoint import (
     load_reference,
     save_reference,
 )
-from agentsearch.trainer.setup import build_envs, seed_everything
+from agentsearch.trainer.eval import eval_envs
+from agentsearch.trainer.setup import (
+    TaskSampler,
+    build_backend,
+    build_envs,
+    eval_engine_config,
+    preflight,
+    seed_everything,
+)
 from agentsearch.trainer.train_config import TrainConfig
 from agentsearch.warmstart.stages import warm_start
 
 log = logging.getLogger("agentsearch.train")
-__all__ = ["open_run", "build_optimizer", "CountingScorer", "resume_run", "warm_start_run"]
+__all__ = ["open_run", "open_envs", "open_engines", "build_optimizer", "CountingScorer",
+           "resume_run", "warm_start_run"]
 
 
 def open_run(cfg: TrainConfig, run_dir: Path) -> None:
@@ -48,6 +57,34 @@ def open_run(cfg: TrainConfig, run_dir: Path) -> None:
         torch.set_num_threads(cfg.threads)
     outages.configure(budget_s=cfg.reliability.outage_budget_s,
                       warn_every_s=cfg.reliability.warn_every_s)
+
+
+def open_envs(cfg: TrainConfig, events):
+    """``(envs, sampler, (eval_envs, eval_tasks))``: one training env per episode of a step
+    (oversampled groups included), checked against their tools first (``preflight``), the
+    task sampler, and the eval's envs and questions; all closed with the ``events`` loop."""
+    n_episodes = (cfg.prompts_per_step + cfg.async_.oversample) * cfg.group_size
+    envs = build_envs(cfg, n_episodes, split="train")
+    events.own(envs)  # their tools and retriever clients close with the loop
+    preflight(envs[0], loop=events)
+    sampler = TaskSampler(envs[0].tasks, seed=cfg.seed, skip=cfg.prompt_skip,
+                          explore=cfg.prompt_skip_explore)
+    evals = eval_envs(cfg)
+    events.own(evals[0])
+    return envs, sampler, evals
+
+
+def open_engines(cfg: TrainConfig, model, tok, events):
+    """``(backend, scorer)``: the generation backend, and what the evals play on: the same one,
+    or (``eval.backend=vllm``) an engine of their own, synced before each eval. A vLLM engine
+    shuts down with the ``events`` loop."""
+    backend = build_backend(cfg, model, tok)
+    events.own(backend)
+    if cfg.eval.backend == "train":
+        return backend, backend
+    scorer = build_backend(eval_engine_config(cfg), model, tok)
+    events.own(scorer)
+    return backend, scorer
 
 
 def build_optimizer(cfg: TrainConfig, model):
