@@ -179,6 +179,17 @@ def test_summary_pairs_runs_on_one_cpu_kind_and_rates_tokens_by_hand(tmp_path):
     ratios = [x for x in lines if x["bench"] == "vs_trl_ratio"]
     assert [(x["arm"], x["cpu"], x["latency"], x["ratio_to_trl"]) for x in ratios] == \
         [("ours-hf", "AVX2", False, 600.0 / 800.0)]
+    # a TRL run that ended short of the target: its time is more than its training seconds
+    (tmp_path / "trl-seed1").mkdir()
+    (tmp_path / "trl-seed1" / "provenance.json").write_text(
+        json.dumps({"machine": machine.format("AVX2")}))
+    (tmp_path / "trl-seed1" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (
+        {"step": 0, "eval/mean_at_n": 0.8},
+        {"step": 1, "time/step": 1000.0, "time/train_cumulative": 1000.0,
+         "eval/mean_at_n": 0.85})))
+    bounded = [x for x in records.summary(tmp_path, 0.88, 64) if x["bench"] == "vs_trl_ratio"]
+    assert [(x["arm"], x["ratio_to_trl_at_most"], x["trl_short_of_target"]) for x in bounded] \
+        == [("ours-hf", 600.0 / ((800.0 + 1000.0) / 2), 1)]
     stamped = {"sessions": [{"machine": machine.format("AVX2")}]}  # stamp_run's layout
     (tmp_path / "trl-seed0" / "provenance.json").write_text(json.dumps(stamped))
     assert records.cpu_kind(tmp_path / "trl-seed0") == "AVX2"
