@@ -39,4 +39,23 @@ def table_figures(page_text: str) -> list:
     return out
 
 
-VS_TRL_FIGURES = table_figures((ROOT / PAGE).read_text())
+def eval_at(run: str, step: int):
+    """The kept run's dev EM at ``step``."""
+    return lambda root: next(r["eval/mean_at_n"] for r in V.json_rows(root / VS / run)
+                             if r.get("step") == step and "eval/mean_at_n" in r)
+
+
+def most(run: str, key: str):
+    """The largest ``key`` over the kept run's records."""
+    return lambda root: max(r[key] for r in V.json_rows(root / VS / run) if key in r)
+
+
+T0 = VS + "trl-seed0/metrics.jsonl"
+VS_TRL_FIGURES = table_figures((ROOT / PAGE).read_text()) + [
+    *group(PAGE, "0.853 at step 4, 0.870 at step 8, after\n7,701 s of training", T0, [
+        ("0.853", eval_at("trl-seed0", 4)), ("0.870", eval_at("trl-seed0", 8)),
+        ("7,701", run_value("trl-seed0", "training_s"))]),
+    *group(PAGE, "its peak RSS was 14.9 GB", T0, [("14.9", most("trl-seed0", "sys/peak_rss_gb"))]),
+    *group(PAGE, "(about 16 minutes a step", T0, [
+        ("16", lambda root: run_value("trl-seed0", "median_step_s")(root) / 60)], tol=0.5),
+]

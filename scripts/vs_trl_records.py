@@ -95,9 +95,15 @@ def token_rates(steps: list[dict], rollouts: int) -> dict[str, float]:
     return out
 
 
+def json_rows(folder: Path) -> list[dict]:
+    """A run's ``metrics.jsonl`` records."""
+    with open(folder / "metrics.jsonl", encoding="utf-8") as f:
+        return [json.loads(x) for x in f]
+
+
 def run_line(folder: Path, target: float, rollouts: int) -> dict:
     """One run's figures: time to ``target``, final dev EM, steps, seconds and tokens/s."""
-    rows = [json.loads(x) for x in (folder / "metrics.jsonl").open()]
+    rows = json_rows(folder)
     t, final = time_to_target(rows, target)
     steps = [r for r in rows if "time/step" in r]
     first = next((r["eval/mean_at_n"] for r in rows if "eval/mean_at_n" in r), None)
