@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import vs_trl_records as V
-from results_sources import R, group
+from results_sources import R, group, j
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE, VS = "docs/from-trl.md", R + "vs_trl/"
@@ -51,11 +51,15 @@ def most(run: str, key: str):
 
 
 T0 = VS + "trl-seed0/metrics.jsonl"
+AB = R + "real_lm/bench_real_lm_avx2.jsonl"  # the engine dtypes on an AVX2-only CPU
 VS_TRL_FIGURES = table_figures((ROOT / PAGE).read_text()) + [
     *group(PAGE, "0.853 at step 4, 0.870 at step 8, after\n7,701 s of training", T0, [
         ("0.853", eval_at("trl-seed0", 4)), ("0.870", eval_at("trl-seed0", 8)),
         ("7,701", run_value("trl-seed0", "training_s"))]),
     *group(PAGE, "its peak RSS was 14.9 GB", T0, [("14.9", most("trl-seed0", "sys/peak_rss_gb"))]),
+    *group(PAGE, "the fp32 engine sampled\n65.5 tokens/s and the bf16 one 13.5", AB, [
+        ("65.5", j(AB, "gen_vllm_merged_pc.tokens_per_s")),
+        ("13.5", j(AB, "gen_vllm_merged_pc_bf16.tokens_per_s"))]),
     *group(PAGE, "(about 16 minutes a step", T0, [
         ("16", lambda root: run_value("trl-seed0", "median_step_s")(root) / 60)], tol=0.5),
 ]

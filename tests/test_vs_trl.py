@@ -213,8 +213,7 @@ def test_the_agentsearch_arms_resolve_to_the_shared_settings(arm, latency):
 
     bench = _script("bench_vs_trl")
     s = bench.SETTINGS
-    cfg = apply_overrides(TrainConfig, "smollm2-search",
-                          bench.ours_overrides(0, latency) + bench.OURS[arm])
+    cfg = apply_overrides(TrainConfig, "smollm2-search", bench.arm_overrides(arm, 0, latency))
     assert (cfg.prompts_per_step, cfg.group_size, cfg.max_turns, cfg.lr, cfg.clip_low,
             cfg.clip_high, cfg.lora.r, cfg.lora.alpha) == (
         s["prompts"], s["group"], s["max_turns"], s["lr"], s["clip"], s["clip"],
@@ -222,6 +221,8 @@ def test_the_agentsearch_arms_resolve_to_the_shared_settings(arm, latency):
     assert (cfg.eval.stop_at, cfg.eval.backend, cfg.eval.vllm_dtype) == (
         bench.TARGET, "vllm", "float32")
     assert cfg.generation.backend == ("hf" if arm == "ours-hf" else "vllm")
+    if arm == "ours-best":  # the engine dtype fastest on this CPU
+        assert cfg.generation.vllm_dtype == bench.best_engine_dtype() in ("bfloat16", "float32")
     assert (cfg.tool_latency.kind != "none") == latency
 
 

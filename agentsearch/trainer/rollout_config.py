@@ -63,9 +63,9 @@ class SamplingConfig:
     trainer keeps its own; the sampler's logprobs then differ from the trainer's by the
     rounding (``rollout/logprob_gap`` measures it each step). ``bfloat16`` on a CPU with AMX
     (this machine's Xeon): see docs/results/real_lm.md for the measured speed and gap. Not on an
-    AVX2-only CPU: there (an AMD EPYC without AVX512, 2026-12-07) the bf16 engine's rollouts ran
-    more than 10x slower than on the AVX512 machine of the kept runs (``float32`` there: not yet
-    measured on rollouts)."""
+    AVX2-only CPU, where bf16 is emulated: there (an AMD EPYC without AVX512, 2026-12-07) the
+    bf16 engine sampled 13.5 tokens/s and ``float32`` 65.5 (scripts/bench_real_lm.py,
+    docs/results/real_lm/bench_real_lm_avx2.jsonl)."""
     vllm_lora_sync: Literal["adapter", "merged"] = "adapter"
     """How a LoRA policy reaches vLLM after each update: ``adapter`` (a new ``LoRARequest``;
     the usual path on GPUs) or ``merged`` (base + adapter delta streamed into an engine
