@@ -19,8 +19,7 @@ TARGET, ROLLOUTS = 0.88, 64
 def run_value(run: str, field: str):
     """A field (or median phase) of the kept run's summary line."""
     def value(root: Path) -> float:
-        line = V.run_line(root / VS / run, TARGET, ROLLOUTS)
-        return line.get(field, line["median_phase_s"].get(field))
+        return V.field_of(V.run_line(root / VS / run, TARGET, ROLLOUTS), field)
     return value
 
 

@@ -157,11 +157,16 @@ COLUMNS = (("cpu", None), ("step-0 EM", "first_dev_em"), ("last EM", "final_dev_
 of its ``median_phase_s``; None: printed as is). Seconds are medians over the run's steps."""
 
 
+def field_of(line: dict, field: str):
+    """A run line's ``field``, or the median seconds of the phase so named."""
+    return line.get(field, line["median_phase_s"].get(field))
+
+
 def cell(line: dict, field: str | None, header: str) -> str:
     """One table cell of a run line as the page prints it (``-``: no value)."""
     if field is None:
         return str(line[header])
-    value = line.get(field, line["median_phase_s"].get(field))
+    value = field_of(line, field)
     if value is None:
         return "-"
     if field in ("first_dev_em", "final_dev_em"):
