@@ -191,6 +191,9 @@ def main() -> int:
     if a.child:
         print("RESULT " + json.dumps(child(a.child, a.episodes)), flush=True)
         return 0
+    import torch  # noqa: F401  (imported here so the provenance's machine line names the
+    # CPU capability: the parts' speeds differ between AVX2 and AVX512 machines)
+
     prov = require_clean("bench_real_lm", a.allow_dirty)
     runs: dict[str, list[dict]] = {part: [] for part in a.parts}
     for r in range(a.rounds):  # rounds alternate the order: a drift in the machine's speed

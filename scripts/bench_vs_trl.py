@@ -261,7 +261,7 @@ def trl_evaluate(tok, folder: Path, seed: int, log: Path):
     """The TRL arm's scorer: agentsearch's evaluator (``agentsearch eval``, the ours-hf arm's
     config: the fp32 vLLM engine of ``eval.backend=vllm``, whose greedy tokens are HF's, which
     scores agentsearch's arms too) on the policy so far, saved merged into ``folder`` for the
-    call and removed after."""
+    call and removed after; its ``eval/*`` and ``time/eval`` as agentsearch's runs log them."""
     import shutil
 
     from trl_peer import save_merged
@@ -276,7 +276,8 @@ def trl_evaluate(tok, folder: Path, seed: int, log: Path):
                                "generation.backend=vllm", "generation.vllm_dtype=float32",
                                "threads=2", threads=2, log=log)
         shutil.rmtree(path)
-        return {k: v for k, v in res.items() if k.startswith("eval/")}
+        # time/eval: the evaluator's episodes, as agentsearch's runs log it (outside the clock)
+        return {k: v for k, v in res.items() if k.startswith("eval/") or k == "time/eval"}
 
     return evaluate
 
