@@ -24,7 +24,7 @@ evaluator (greedy, the same 300 dev questions) at step 0 and every ``eval_every`
 time outside the clock. Arms: ``trl`` (GRPOTrainer, HF generation, ``trl_peer.run_trl``),
 ``ours-hf`` (agentsearch, HF generation: like for like), ``ours-best`` (agentsearch with the
 vLLM engine in the CPU's fastest dtype, streaming rollout beside the update, HDR replay:
-``OURS``, ``best_engine_dtype``). ``--latency``: every search call also waits a log-normal
+``OURS``, ``fastest_cpu_engine_dtype``). ``--latency``: every search call also waits a log-normal
 delay of mean 0.5 s (sigma 0.5), in TRL one call after another.
 Runs go to ``runs/vs_trl/<arm>[-lat]-seed<k>``, nothing else should run beside them; ``keep``
 copies a finished run's records into ``docs/results/vs_trl/`` (``runs/`` does not outlive a
@@ -237,23 +237,15 @@ OURS = {"ours-hf": ["generation.backend=hf", "replay.kind=none", "async.enabled=
                       "replay.kind=hdr", "rescore_groups=none"]}
 """agentsearch's arms: like for like (HF generation, lock-step, no replay), and at its best
 (the overlapped rollout needs every group rescored: ``rescore_groups=none``), whose vLLM engine
-runs in the dtype fastest on the machine's CPU (``best_engine_dtype``)."""
-
-
-def best_engine_dtype() -> str:
-    """The vLLM engine dtype ``ours-best`` generates with here: bfloat16 on an AVX512 CPU (the
-    preset's: 70.7 tokens/s against fp32's 35.8 on the kept runs' Xeon), float32 on an
-    AVX2-only one, where bf16 is emulated (an AMD EPYC, 2026-12-07: fp32 65.5 tokens/s, bf16
-    13.5; docs/results/real_lm/bench_real_lm_avx2.jsonl)."""
-    import torch
-
-    return "bfloat16" if torch.backends.cpu.get_cpu_capability().startswith("AVX512") \
-        else "float32"
+runs in the dtype fastest on the machine's CPU (``fastest_cpu_engine_dtype``)."""
 
 
 def arm_overrides(arm: str, seed: int, latency: bool) -> list[str]:
     """An agentsearch arm's overrides on the preset: the shared settings, the arm's own."""
-    extra = [f"generation.vllm_dtype={best_engine_dtype()}"] if arm == "ours-best" else []
+    from agentsearch.trainer.setup import fastest_cpu_engine_dtype
+
+    extra = [f"generation.vllm_dtype={fastest_cpu_engine_dtype()}"] if arm == "ours-best" \
+        else []
     return ours_overrides(seed, latency) + OURS[arm] + extra
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from agentsearch.core.config import ConfigError, apply_overrides
-from agentsearch.trainer.setup import build_policy, resolve_device
+from agentsearch.trainer.setup import build_policy, fastest_cpu_engine_dtype, resolve_device
 from agentsearch.trainer.train_config import TrainConfig
 
 BASE = ["model=tiny-s", "threads=1"]
@@ -21,6 +21,14 @@ def test_full_weight_bf16_is_refused_and_lora_bf16_is_not():
 def test_auto_dtype_keeps_full_weights_in_fp32():
     cfg = apply_overrides(TrainConfig, "tiny", BASE + ["device=cpu"])
     assert resolve_device(cfg)[1] == torch.float32
+
+
+@pytest.mark.parametrize("capability, dtype", [("AVX512", "bfloat16"), ("AVX512_BF16", "bfloat16"),
+                                               ("AVX2", "float32"), ("DEFAULT", "float32")])
+def test_the_fastest_engine_dtype_follows_the_cpu(monkeypatch, capability, dtype):
+    # bf16 is emulated without AVX512: 13.5 tokens/s against fp32's 65.5 on an AVX2 EPYC
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    assert fastest_cpu_engine_dtype() == dtype
 
 
 def test_bf16_rounds_small_adam_steps_to_zero_which_is_why():

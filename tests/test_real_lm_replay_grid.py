@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from agentsearch.recipes.runner import run_finished
+from agentsearch.trainer.setup import fastest_cpu_engine_dtype
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,7 +28,8 @@ def test_real_lm_replay_grid_is_five_methods_by_three_seeds_from_one_warm_start(
     for ln in lines:
         assert ("--preset smollm2-search" in ln and "time_budget_s=3600" in ln
                 and "init_from=docs/results/real_lm/rl-v2-seed0/warm_start" in ln
-                and "sft.steps=0" in ln and "tool_latency" not in ln)
+                and "sft.steps=0" in ln and "tool_latency" not in ln
+                and f"generation.vllm_dtype={fastest_cpu_engine_dtype()}" in ln)
     assert "prompts_per_step=12" in lines[1] and "replay.kind=fresh_per" in lines[3]
     assert (ROOT / "docs/results/real_lm/rl-v2-seed0/warm_start/adapter_config.json").exists()
 

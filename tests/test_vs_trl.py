@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import agentsearch
+from agentsearch.trainer.setup import fastest_cpu_engine_dtype
 
 ROOT = Path(__file__).resolve().parents[1]
 KW = {"turn_format": "json", "topk": 2, "max_turns": 3, "split": "dev"}
@@ -222,7 +223,7 @@ def test_the_agentsearch_arms_resolve_to_the_shared_settings(arm, latency):
         bench.TARGET, "vllm", "float32")
     assert cfg.generation.backend == ("hf" if arm == "ours-hf" else "vllm")
     if arm == "ours-best":  # the engine dtype fastest on this CPU
-        assert cfg.generation.vllm_dtype == bench.best_engine_dtype() in ("bfloat16", "float32")
+        assert cfg.generation.vllm_dtype == fastest_cpu_engine_dtype() in ("bfloat16", "float32")
     assert (cfg.tool_latency.kind != "none") == latency
 
 

@@ -22,7 +22,8 @@ from agentsearch.models.lora import apply_lora, continue_adapter, is_adapter, me
 from agentsearch.trainer.health import HealthMonitor
 from agentsearch.trainer.train_config import TrainConfig
 
-__all__ = ["resolve_device", "build_policy", "engine_dtype", "build_health", "build_backend",
+__all__ = ["resolve_device", "build_policy", "engine_dtype", "fastest_cpu_engine_dtype",
+           "build_health", "build_backend",
            "eval_engine_config", "build_envs", "build_replay", "TaskSampler", "LatencyTool",
            "seed_everything", "preflight", "policy_tokenizer"]
 
@@ -129,6 +130,17 @@ def engine_dtype(cfg: TrainConfig) -> str:
     policy's (an HF backend generates with the policy itself)."""
     chosen = cfg.generation.vllm_dtype if cfg.generation.backend == "vllm" else "auto"
     return str(resolve_device(cfg)[1]).replace("torch.", "") if chosen == "auto" else chosen
+
+
+def fastest_cpu_engine_dtype() -> str:
+    """The vLLM engine dtype that samples fastest on this machine's CPU: ``bfloat16`` with
+    AVX512 (the smollm2-search preset's: 70.7 tokens/s against fp32's 35.8 on the kept real-LM
+    runs' Xeon), ``float32`` on an AVX2-only CPU, where bf16 is emulated (an AMD EPYC,
+    2026-12-07: fp32 65.5 tokens/s, bf16 13.5; docs/results/real_lm/bench_real_lm_avx2.jsonl).
+    Suites pass it as ``generation.vllm_dtype`` so runs on either kind of machine generate at
+    its speed; runs are compared within one CPU kind."""
+    return "bfloat16" if torch.backends.cpu.get_cpu_capability().startswith("AVX512") \
+        else "float32"
 
 
 def build_health(cfg: TrainConfig) -> HealthMonitor:

@@ -75,13 +75,23 @@ def restore_kept(kept: Path = KEPT, out: Path = OUT) -> list[str]:
     return done
 
 
+def engine_setting() -> str:
+    """The vLLM engine in the dtype fastest on this CPU (the preset's bf16 is emulated, 4.9x
+    slower, on an AVX2-only one): every run of a comparison on one CPU kind (each run's
+    provenance names it), so all of them generate with the same engine."""
+    from agentsearch.trainer.setup import fastest_cpu_engine_dtype
+
+    return f"generation.vllm_dtype={fastest_cpu_engine_dtype()}"
+
+
 def run(a) -> int:
     if not a.dry_run and (restored := restore_kept()):
         print(f"[real_lm_replay] restored kept runs: {' '.join(restored)}", flush=True)
     cmd = [sys.executable, str(ROOT / "scripts" / "experiments" / "replay_suite.py"),
            "--preset", "smollm2-search", "--methods", "real_lm", "--seeds", *map(str, a.seeds),
            "--parallel", "1", "--threads-per-run", "2", "--latency", "none",
-           "--target-score", str(TARGET), "--out", str(OUT), *SETTINGS, *a.overrides]
+           "--target-score", str(TARGET), "--out", str(OUT), *SETTINGS, engine_setting(),
+           *a.overrides]
     if a.dry_run:
         cmd.append("--dry-run")
     if a.allow_dirty:
