@@ -203,6 +203,31 @@ def test_the_monitor_a_kept_bf16_run_gets_stays_quiet_on_rounding_and_sees_a_sta
     assert 20 <= first <= 22 and "logprobs jumped" in out[first][1][0]
 
 
+def test_the_monitor_of_a_run_whose_rollout_runs_beside_the_update_waits_for_two_jumps():
+    """Kept run vs_trl/ours-best-seed0 (fp32 vLLM engine, ``async.max_staleness=1``): its
+    rollout's gap is one update's policy change, 0 at step 1 (nothing to lag), 3.4e-4 at step
+    2, 2.3e-3 at step 3 (the first step trained on a lagged rollout), then steady at 1.4-2.0e-3;
+    the run's one sync alarm (gap_steps 1, floor 1e-3) was false. Under the lagged rollout's
+    floor (5e-3, 2 jumps in a row) it stays quiet, and the same gaps with the engine left
+    behind from step 5 on (+1e-2 a step) alarm within 3 steps."""
+    from agentsearch.core.config import apply_overrides
+    from agentsearch.trainer.setup import build_health
+    from agentsearch.trainer.train_config import TrainConfig
+
+    run = ROOT / "docs/results/vs_trl/ours-best-seed0"
+    cfg = apply_overrides(TrainConfig, str(run / "config.yaml"), [])
+    assert cfg.generation.vllm_dtype == "float32" and cfg.async_.max_staleness == 1
+    gaps = [r["rollout/logprob_gap"] for r in map(json.loads, (run / "metrics.jsonl").open())
+            if "rollout/logprob_gap" in r]
+    assert len(gaps) == 12 and build_health(cfg).thresholds["sampler_sync"] == 2
+    out = _run(build_health(cfg), [{**GOOD, "rollout/logprob_gap": g} for g in gaps])
+    assert [i for i, (o, w) in enumerate(out) if w] == []
+    stale = [g + 1e-2 * max(0, i - 3) for i, g in enumerate(gaps)]
+    out = _run(build_health(cfg), [{**GOOD, "rollout/logprob_gap": g} for g in stale])
+    first = next(i for i, (o, w) in enumerate(out) if w)
+    assert 4 <= first <= 6 and "logprobs jumped" in out[first][1][0]
+
+
 def test_an_fp32_engine_alarms_on_one_jump():
     """The tiny default (HF backend, fp32) keeps gap_steps 1: a failed sync shows at once."""
     from agentsearch.trainer.setup import build_health
