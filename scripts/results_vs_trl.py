@@ -63,6 +63,7 @@ def cut_phase(run: str, key: str, pick):
 T0 = VS + "trl-seed0/metrics.jsonl"
 B0 = VS + "ours-best-seed0/metrics.jsonl"
 C0 = VS + "cut/ours-hf-seed0/metrics.jsonl"
+HG = VS + "bench_hf_generate.jsonl"  # HFBackend vs TRL-style generate, per decode step
 AB = R + "real_lm/bench_real_lm_avx2.jsonl"  # the engine dtypes on an AVX2-only CPU
 VS_TRL_FIGURES = table_figures((ROOT / PAGE).read_text()) + [
     *group(PAGE, "0.853 at step 4, 0.870 at step 8, after\n7,701 s of training", T0, [
@@ -82,6 +83,8 @@ VS_TRL_FIGURES = table_figures((ROOT / PAGE).read_text()) + [
     *group(PAGE, "482 to 556 s of HF generation", C0, [
         ("482", cut_phase("ours-hf-seed0", "time/generate", min)),
         ("556", cut_phase("ours-hf-seed0", "time/generate", max))], tol=0.5),
+    *group(PAGE, "`HFBackend.generate` takes 1.055x", HG, [
+        ("1.055", j(HG, "ratio_to_trl.ours"))]),
     *group(PAGE, "its peak RSS was 14.9 GB", T0, [("14.9", most("trl-seed0", "sys/peak_rss_gb"))]),
     *group(PAGE, "the fp32 engine sampled\n65.5 tokens/s and the bf16 one 13.5", AB, [
         ("65.5", j(AB, "gen_vllm_merged_pc.tokens_per_s")),
