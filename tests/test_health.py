@@ -180,27 +180,36 @@ ROOT = Path(__file__).resolve().parents[1]
 BF16_RUNS = ["rl-v2-seed0", "rl-v2-seed1", "rl-v3-seed1", "rl-v4-seed1"]  # bf16, every sync made
 
 
-@pytest.mark.parametrize("record", BF16_RUNS)
-def test_the_monitor_a_kept_bf16_run_gets_stays_quiet_on_rounding_and_sees_a_stale_engine(record):
-    """Each kept SmolLM2 run on the bf16 engine, replayed through the monitor ``build_health``
-    makes from its own config.yaml (2 jumps in a row under a bf16 engine), raises no sync
-    alarm; the same run with the engine left behind from step 20 on (each step's gap grows
-    by one missed sync's ~1e-2, measured under an lr 1e-4 step) alarms within 3 steps."""
+def _replay_kept_run(run: Path, stale_from: int):
+    """A kept run's config and gaps through the monitor ``build_health`` makes from its own
+    config.yaml: (its config, the gaps, the steps that warned, the first step that warned when
+    the engine is left behind from step ``stale_from`` on: each step's gap grows by one missed
+    sync's ~1e-2, measured under an lr 1e-4 step)."""
     from agentsearch.core.config import apply_overrides
     from agentsearch.trainer.setup import build_health
     from agentsearch.trainer.train_config import TrainConfig
 
-    run = ROOT / "docs/results/real_lm" / record
     cfg = apply_overrides(TrainConfig, str(run / "config.yaml"), [])
     gaps = [r["rollout/logprob_gap"] for r in map(json.loads, (run / "metrics.jsonl").open())
             if "rollout/logprob_gap" in r]
-    assert len(gaps) > 50 and build_health(cfg).thresholds["sampler_sync"] == 2
     out = _run(build_health(cfg), [{**GOOD, "rollout/logprob_gap": g} for g in gaps])
-    assert [i for i, (o, w) in enumerate(out) if w] == []
-    stale = [g + 1e-2 * max(0, i - 19) for i, g in enumerate(gaps)]
+    warned = [i for i, (o, w) in enumerate(out) if w]
+    stale = [g + 1e-2 * max(0, i - stale_from + 1) for i, g in enumerate(gaps)]
     out = _run(build_health(cfg), [{**GOOD, "rollout/logprob_gap": g} for g in stale])
     first = next(i for i, (o, w) in enumerate(out) if w)
-    assert 20 <= first <= 22 and "logprobs jumped" in out[first][1][0]
+    assert "logprobs jumped" in out[first][1][0]
+    return cfg, gaps, warned, first
+
+
+@pytest.mark.parametrize("record", BF16_RUNS)
+def test_the_monitor_a_kept_bf16_run_gets_stays_quiet_on_rounding_and_sees_a_stale_engine(record):
+    """Each kept SmolLM2 run on the bf16 engine (2 jumps in a row under a bf16 engine) raises
+    no sync alarm; with the engine left behind from step 20 on it alarms within 3 steps."""
+    from agentsearch.trainer.setup import build_health
+
+    cfg, gaps, warned, first = _replay_kept_run(ROOT / "docs/results/real_lm" / record, 20)
+    assert len(gaps) > 50 and build_health(cfg).thresholds["sampler_sync"] == 2
+    assert warned == [] and 20 <= first <= 22
 
 
 def test_the_monitor_of_a_run_whose_rollout_runs_beside_the_update_waits_for_two_jumps():
@@ -209,23 +218,13 @@ def test_the_monitor_of_a_run_whose_rollout_runs_beside_the_update_waits_for_two
     2, 2.3e-3 at step 3 (the first step trained on a lagged rollout), then steady at 1.4-2.0e-3;
     the run's one sync alarm (gap_steps 1, floor 1e-3) was false. Under the lagged rollout's
     floor (5e-3, 2 jumps in a row) it stays quiet, and the same gaps with the engine left
-    behind from step 5 on (+1e-2 a step) alarm within 3 steps."""
-    from agentsearch.core.config import apply_overrides
+    behind from step 5 on alarm within 3 steps."""
     from agentsearch.trainer.setup import build_health
-    from agentsearch.trainer.train_config import TrainConfig
 
-    run = ROOT / "docs/results/vs_trl/ours-best-seed0"
-    cfg = apply_overrides(TrainConfig, str(run / "config.yaml"), [])
+    cfg, gaps, warned, first = _replay_kept_run(ROOT / "docs/results/vs_trl/ours-best-seed0", 4)
     assert cfg.generation.vllm_dtype == "float32" and cfg.async_.max_staleness == 1
-    gaps = [r["rollout/logprob_gap"] for r in map(json.loads, (run / "metrics.jsonl").open())
-            if "rollout/logprob_gap" in r]
     assert len(gaps) == 12 and build_health(cfg).thresholds["sampler_sync"] == 2
-    out = _run(build_health(cfg), [{**GOOD, "rollout/logprob_gap": g} for g in gaps])
-    assert [i for i, (o, w) in enumerate(out) if w] == []
-    stale = [g + 1e-2 * max(0, i - 3) for i, g in enumerate(gaps)]
-    out = _run(build_health(cfg), [{**GOOD, "rollout/logprob_gap": g} for g in stale])
-    first = next(i for i, (o, w) in enumerate(out) if w)
-    assert 4 <= first <= 6 and "logprobs jumped" in out[first][1][0]
+    assert warned == [] and 4 <= first <= 6
 
 
 def test_an_fp32_engine_alarms_on_one_jump():
