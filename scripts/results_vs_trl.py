@@ -44,20 +44,16 @@ def eval_at(run: str, step: int):
                              if r.get("step") == step and "eval/mean_at_n" in r)
 
 
-def most(run: str, key: str):
-    """The largest ``key`` over the kept run's records."""
-    return lambda root: max(r[key] for r in V.json_rows(root / VS / run) if key in r)
+def over(run: str, key: str, pick=max):
+    """``pick`` (max, min) of ``key`` over the kept run's records (``run``: a folder under
+    ``vs_trl/``, e.g. ``cut/ours-hf-seed0`` for a run cut short)."""
+    return lambda root: pick(r[key] for r in V.json_rows(root / VS / run) if key in r)
 
 
 def ratio_bound(arm: str):
     """The arm's ``ratio_to_trl_at_most`` (TRL short of the target) from ``summary``."""
     return lambda root: next(x["ratio_to_trl_at_most"] for x in V.summary(
         root / VS, TARGET, ROLLOUTS) if x.get("bench") == "vs_trl_ratio" and x["arm"] == arm)
-
-
-def cut_phase(run: str, key: str, pick):
-    """``pick`` (min/max) of ``key`` over the steps of a run cut short (``vs_trl/cut/``)."""
-    return lambda root: pick(r[key] for r in V.json_rows(root / VS / "cut" / run) if key in r)
 
 
 T0 = VS + "trl-seed0/metrics.jsonl"
@@ -78,14 +74,14 @@ VS_TRL_FIGURES = table_figures((ROOT / PAGE).read_text()) + [
     *group(PAGE, "`ours-best`'s update took 92 s", B0, [
         ("92", run_value("ours-best-seed0", "update"))], tol=0.5),
     *group(PAGE, "25 to 50 s for 8", C0, [
-        ("25", cut_phase("ours-hf-seed0", "time/update", min)),
-        ("50", cut_phase("ours-hf-seed0", "time/update", max))], tol=0.5),
+        ("25", over("cut/ours-hf-seed0", "time/update", min)),
+        ("50", over("cut/ours-hf-seed0", "time/update", max))], tol=0.5),
     *group(PAGE, "482 to 556 s of HF generation", C0, [
-        ("482", cut_phase("ours-hf-seed0", "time/generate", min)),
-        ("556", cut_phase("ours-hf-seed0", "time/generate", max))], tol=0.5),
+        ("482", over("cut/ours-hf-seed0", "time/generate", min)),
+        ("556", over("cut/ours-hf-seed0", "time/generate", max))], tol=0.5),
     *group(PAGE, "`HFBackend.generate` takes 1.055x", HG, [
         ("1.055", j(HG, "ratio_to_trl.ours"))]),
-    *group(PAGE, "its peak RSS was 14.9 GB", T0, [("14.9", most("trl-seed0", "sys/peak_rss_gb"))]),
+    *group(PAGE, "its peak RSS was 14.9 GB", T0, [("14.9", over("trl-seed0", "sys/peak_rss_gb"))]),
     *group(PAGE, "the fp32 engine sampled\n65.5 tokens/s and the bf16 one 13.5", AB, [
         ("65.5", j(AB, "gen_vllm_merged_pc.tokens_per_s")),
         ("13.5", j(AB, "gen_vllm_merged_pc_bf16.tokens_per_s"))]),
