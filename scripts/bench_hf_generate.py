@@ -11,6 +11,12 @@ sampled-token logprob recorder), ``trl_stop`` (the same plus its stop-string cri
 (``min_new_tokens``), so seconds per decode step compare like for like; rounds alternate the
 parts' order. One JSON line: seconds per decode step per part (median over rounds) and each
 part's ratio to ``trl``.
+
+``--rollout``: whole multi-turn rollouts instead, the work of one training step of the vs-TRL
+arms (``--tasks`` x ``--group`` episodes, the tool called, up to 3 turns of 64 new tokens):
+``trl`` is ``GRPOTrainer._generate`` (TRL's tool-call loop, stopped before its update),
+``ours`` agentsearch's ``rollout`` over ``HFBackend`` (what the ``ours-hf`` arm runs). One JSON
+line: each part's seconds, model tokens, generate calls, tokens per second, ratio to ``trl``.
 """
 
 from __future__ import annotations
@@ -88,6 +94,95 @@ def timed_part(part: str, model, tok, prompts, stop, tokens: int) -> float:
     return (time.perf_counter() - t0) / tokens
 
 
+class _Stop(Exception):
+    """Raised after TRL's ``_generate`` returns: the rollout is all that is timed."""
+
+
+def trl_rollout(model, tok, tasks: list[dict], group: int) -> dict:
+    """One ``GRPOTrainer._generate`` over ``tasks`` x ``group`` (the arms' TRL settings)."""
+    import tempfile
+
+    from bench_vs_trl import ENV_ID, ENV_KWARGS, SETTINGS
+    from trl_peer import build_trainer, task_rows, trl_config
+
+    import agentsearch
+
+    env = agentsearch.make_env(ENV_ID, **ENV_KWARGS)
+    result: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        args = trl_config(SETTINGS, Path(tmp), 0, max_steps=1, save_strategy="no",
+                          per_device_train_batch_size=group, num_generations=group,
+                          gradient_accumulation_steps=len(tasks))
+        trainer = build_trainer(SETTINGS, args, task_rows(env, tasks), model, tok,
+                                env_id=ENV_ID, env_kwargs=ENV_KWARGS)
+        generate = trainer._generate
+
+        def timed(prompts):
+            t0 = time.perf_counter()
+            out = generate(prompts)
+            result["seconds"] = time.perf_counter() - t0
+            tool_mask, completions = out[2], out[1]
+            result["tokens"] = sum(map(sum, tool_mask)) if tool_mask else \
+                sum(map(len, completions))
+            result["episodes"] = len(completions)
+            raise _Stop
+
+        trainer._generate = timed
+        try:
+            trainer.train()
+        except _Stop:
+            pass
+    assert result.get("episodes") == len(tasks) * group, result
+    return result
+
+
+def ours_rollout(model, tok, tasks: list[dict], group: int) -> dict:
+    """agentsearch's ``rollout`` over ``HFBackend`` on ``tasks`` x ``group`` (the ours-hf arm)."""
+    from bench_vs_trl import ENV_ID, ENV_KWARGS, SETTINGS
+
+    import agentsearch
+    from agentsearch.rollout.backends import SamplingParams
+    from agentsearch.rollout.episodes import rollout
+    from agentsearch.rollout.hf import HFBackend
+
+    make = lambda: agentsearch.make_env(ENV_ID, **ENV_KWARGS)  # noqa: E731
+    params = SamplingParams(max_new_tokens=SETTINGS["max_new_tokens"],
+                            temperature=SETTINGS["temperature"], top_p=1.0, seed=0)
+    t0 = time.perf_counter()
+    episodes, stats = rollout(make, tasks, HFBackend(model, tok), params, n_per_task=group,
+                              max_turns=SETTINGS["max_turns"], seed=0,
+                              max_seq_len=SETTINGS["max_seq_len"])
+    return {"seconds": time.perf_counter() - t0, "tokens": stats.tokens_generated,
+            "episodes": len(episodes), "generate_calls": stats.generate_calls,
+            "generate_s": stats.time_generate}
+
+
+def rollout_line(a, model, tok) -> dict:
+    """``--rollout``: each part's whole rollout of ``a.tasks`` x ``a.group`` episodes."""
+    import torch
+    from bench_vs_trl import ENV_ID, ENV_KWARGS
+
+    import agentsearch
+
+    tasks = list(agentsearch.make_env(ENV_ID, **ENV_KWARGS).tasks)[:a.tasks]
+    parts = {"trl": trl_rollout, "ours": ours_rollout}
+    runs: dict[str, list[dict]] = {p: [] for p in parts}
+    for r in range(a.rounds):
+        for part in (list(parts) if r % 2 == 0 else list(parts)[::-1]):
+            torch.manual_seed(r)
+            res = parts[part](model, tok, tasks, a.group)
+            res["tokens_per_s"] = res["tokens"] / res["seconds"]
+            runs[part].append(res)
+            print(f"[bench_hf_generate] round {r} {part} rollout: {res['seconds']:.1f} s, "
+                  f"{res['tokens']} tokens", file=sys.stderr, flush=True)
+    rate = {p: statistics.median(x["tokens_per_s"] for x in v) for p, v in runs.items()}
+    return {"bench": "hf_rollout", "episodes": a.tasks * a.group, "threads": a.threads,
+            "tokens_per_s": {p: round(v, 2) for p, v in rate.items()},
+            "ours_time_per_token_over_trl": round(rate["trl"] / rate["ours"], 3),
+            "rounds": {p: [{k: round(x, 2) if isinstance(x, float) else x for k, x in r.items()}
+                           for r in v] for p, v in runs.items()}}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=32)
@@ -96,6 +191,8 @@ def main() -> int:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
+    ap.add_argument("--rollout", action="store_true",
+                    help="time whole multi-turn rollouts (TRL's _generate, agentsearch's rollout)")
     ap.add_argument("--out", help="append the JSON line to this file too")
     ap.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
     a = ap.parse_args()
@@ -105,6 +202,9 @@ def main() -> int:
     torch.set_num_threads(a.threads)
     prov = require_clean("bench_hf_generate", a.allow_dirty)
     model, tok = policy(WARM_START, trainable=True)
+    if a.rollout:
+        emit_records([{**rollout_line(a, model, tok), "provenance": prov}], a.out)
+        return 0
     prompts, stop = prompts_and_stop(tok, a.tasks, a.group)
     if not stop:  # the env's turns end at eos (json tool calls): no stop strings to check
         a.parts = [p for p in a.parts if p != "trl_stop"]
