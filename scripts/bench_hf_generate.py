@@ -17,11 +17,17 @@ arms (``--tasks`` x ``--group`` episodes, the tool called, up to 3 turns of 64 n
 ``trl`` is ``GRPOTrainer._generate`` (TRL's tool-call loop, stopped before its update),
 ``ours`` agentsearch's ``rollout`` over ``HFBackend`` (what the ``ours-hf`` arm runs). One JSON
 line: each part's seconds, model tokens, generate calls, tokens per second, ratio to ``trl``.
+
+``--malloc keep``: the process runs with ``agentsearch.core.cpu_memory.keep_freed_memory`` (what
+agentsearch's train and eval set up, ``keep_freed_memory=true``); ``default``: glibc's
+defaults, as a TRL process runs. The line names it and each part's system (kernel) seconds
+and page faults, where the defaults' cost shows.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import sys
 import time
@@ -170,7 +176,11 @@ def rollout_line(a, model, tok) -> dict:
     for r in range(a.rounds):
         for part in (list(parts) if r % 2 == 0 else list(parts)[::-1]):
             torch.manual_seed(r)
+            before = resource.getrusage(resource.RUSAGE_SELF)
             res = parts[part](model, tok, tasks, a.group)
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            res["system_s"] = after.ru_stime - before.ru_stime
+            res["page_faults"] = after.ru_minflt - before.ru_minflt
             res["tokens_per_s"] = res["tokens"] / res["seconds"]
             runs[part].append(res)
             print(f"[bench_hf_generate] round {r} {part} rollout: {res['seconds']:.1f} s, "
@@ -193,6 +203,8 @@ def main() -> int:
     ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
     ap.add_argument("--rollout", action="store_true",
                     help="time whole multi-turn rollouts (TRL's _generate, agentsearch's rollout)")
+    ap.add_argument("--malloc", choices=("default", "keep"), default="default",
+                    help="glibc malloc as is, or keep freed memory (agentsearch's runs)")
     ap.add_argument("--out", help="append the JSON line to this file too")
     ap.add_argument("--allow-dirty", action="store_true", help=ALLOW_DIRTY_HELP)
     a = ap.parse_args()
@@ -200,10 +212,15 @@ def main() -> int:
     from bench_vs_trl import WARM_START, policy
 
     torch.set_num_threads(a.threads)
+    if a.malloc == "keep":
+        from agentsearch.core.cpu_memory import keep_freed_memory
+
+        assert keep_freed_memory()["malloc"] == "keep", "glibc malloc settings refused"
     prov = require_clean("bench_hf_generate", a.allow_dirty)
     model, tok = policy(WARM_START, trainable=True)
     if a.rollout:
-        emit_records([{**rollout_line(a, model, tok), "provenance": prov}], a.out)
+        emit_records([{**rollout_line(a, model, tok), "malloc": a.malloc, "provenance": prov}],
+                     a.out)
         return 0
     prompts, stop = prompts_and_stop(tok, a.tasks, a.group)
     if not stop:  # the env's turns end at eos (json tool calls): no stop strings to check

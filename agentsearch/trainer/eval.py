@@ -30,6 +30,7 @@ from functools import partial
 import numpy as np
 
 from agentsearch.core.config import ConfigError
+from agentsearch.core.cpu_memory import keep_freed_memory
 from agentsearch.rollout import EventLoop, SamplingParams, derive_seed, rollout
 
 __all__ = ["evaluate", "eval_settings", "eval_envs", "sample_per_source", "cli_policy", "main",
@@ -235,6 +236,8 @@ def cli_policy(a):
     else:
         cfg = apply_overrides(TrainConfig, a.preset,
                               overrides + ([f"model={a.model}"] if a.model else []))
+    if cfg.keep_freed_memory:
+        keep_freed_memory()
     if cfg.threads:
         import torch
 

@@ -13,6 +13,7 @@ import torch
 
 from agentsearch.algorithms.optim import make_optimizer
 from agentsearch.core.config import dump
+from agentsearch.core.cpu_memory import keep_freed_memory
 from agentsearch.core.provenance import stamp_run
 from agentsearch.core.reliability import outages
 from agentsearch.models.logprobs import make_score_fn, token_logprobs
@@ -53,6 +54,8 @@ def open_run(cfg: TrainConfig, run_dir: Path) -> None:
     dump(cfg, run_dir / "config.yaml")
     stamp_run(run_dir)
     seed_everything(cfg.seed)
+    if cfg.keep_freed_memory:
+        keep_freed_memory()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     outages.configure(budget_s=cfg.reliability.outage_budget_s,

@@ -149,6 +149,7 @@ NOTES: dict[str, str] = {
     "tensorboard": "`--logger.tensorboard_dir` when true",
     "wandb_project": "`--logger.wandb.project`; needs `--logger.wandb.key` in `extra_args`",
     "threads": "not applicable (the local trainer's CPU threads)",
+    "keep_freed_memory": "not applicable (the local trainer's glibc malloc settings)",
 }
 """TrainConfig field (or ``section.*``) -> how the launch maps it, or why it is refused."""
 
