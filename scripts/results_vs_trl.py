@@ -59,6 +59,8 @@ def ratio_bound(arm: str):
 T0 = VS + "trl-seed0/metrics.jsonl"
 B0 = VS + "ours-best-seed0/metrics.jsonl"
 C0 = VS + "cut/ours-hf-seed0/metrics.jsonl"
+HR = VS + "bench_hf_rollout.jsonl"  # whole rollouts, TRL's and ours, by malloc setting
+DEFAULT_MALLOC = {"provenance__git": "1a78085c1d0c83b09df73cdd07968583d7537aa0"}
 HG = VS + "bench_hf_generate.jsonl"  # HFBackend vs TRL-style generate, per decode step
 AB = R + "real_lm/bench_real_lm_avx2.jsonl"  # the engine dtypes on an AVX2-only CPU
 VS_TRL_FIGURES = table_figures((ROOT / PAGE).read_text()) + [
@@ -81,6 +83,30 @@ VS_TRL_FIGURES = table_figures((ROOT / PAGE).read_text()) + [
         ("556", over("cut/ours-hf-seed0", "time/generate", max))], tol=0.5),
     *group(PAGE, "`HFBackend.generate` takes 1.055x", HG, [
         ("1.055", j(HG, "ratio_to_trl.ours"))]),
+    *group(PAGE, "| glibc's defaults (clean 1a78085) | 351, 334 | 505, 430 | 1.18 |", HR, [
+        ("351", j(HR, "rounds.trl.0.seconds", **DEFAULT_MALLOC)),
+        ("334", j(HR, "rounds.trl.1.seconds", **DEFAULT_MALLOC)),
+        ("505", j(HR, "rounds.ours.0.seconds", **DEFAULT_MALLOC)),
+        ("430", j(HR, "rounds.ours.1.seconds", **DEFAULT_MALLOC)),
+        ("1.18", j(HR, "ours_time_per_token_over_trl", **DEFAULT_MALLOC))]),
+    *group(PAGE, "| kept for reuse (clean 40a3300) | 213, 193 | 287, 296 | 1.25 |", HR, [
+        ("213", j(HR, "rounds.trl.0.seconds", malloc="keep")),
+        ("193", j(HR, "rounds.trl.1.seconds", malloc="keep")),
+        ("287", j(HR, "rounds.ours.0.seconds", malloc="keep")),
+        ("296", j(HR, "rounds.ours.1.seconds", malloc="keep")),
+        ("1.25", j(HR, "ours_time_per_token_over_trl", malloc="keep"))]),
+    *group(PAGE, "spent 25 to 28 s of system\ntime (1.4 to 1.5 million faults)", HR, [
+        ("25", j(HR, "rounds.ours", lambda v: min(x["system_s"] for x in v), malloc="keep")),
+        ("28", j(HR, "rounds.ours", lambda v: max(x["system_s"] for x in v), malloc="keep")),
+        ("1.4", j(HR, "rounds.ours", lambda v: min(x["page_faults"] for x in v) / 1e6,
+                  malloc="keep")),
+        ("1.5", j(HR, "rounds.ours", lambda v: max(x["page_faults"] for x in v) / 1e6,
+                  malloc="keep"))]),
+    *group(PAGE, "15% more tokens (3,895 against 3,387", HR, [
+        ("15", lambda root: 100 * (j(HR, "rounds.ours.0.tokens", malloc="keep")(root)
+                                   / j(HR, "rounds.trl.0.tokens", malloc="keep")(root) - 1)),
+        ("3,895", j(HR, "rounds.ours.0.tokens", malloc="keep")),
+        ("3,387", j(HR, "rounds.trl.0.tokens", malloc="keep"))]),
     *group(PAGE, "its peak RSS was 14.9 GB", T0, [("14.9", over("trl-seed0", "sys/peak_rss_gb"))]),
     *group(PAGE, "the fp32 engine sampled\n65.5 tokens/s and the bf16 one 13.5", AB, [
         ("65.5", j(AB, "gen_vllm_merged_pc.tokens_per_s")),
