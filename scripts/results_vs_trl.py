@@ -107,6 +107,16 @@ VS_TRL_FIGURES = table_figures((ROOT / PAGE).read_text()) + [
         ("505", j(HR, "rounds.ours", lambda v: max(x["seconds"] for x in v), **DEFAULT_MALLOC)),
         ("287", j(HR, "rounds.ours", lambda v: min(x["seconds"] for x in v), malloc="keep")),
         ("296", j(HR, "rounds.ours", lambda v: max(x["seconds"] for x in v), malloc="keep"))]),
+    *group(PAGE, "reached 0.883 at step 8", VS + "ours-hf-seed0/metrics.jsonl", [
+        ("0.883", eval_at("ours-hf-seed0", 8))]),
+    *group(PAGE, "it took at most 0.32x\nTRL's time", VS + "ours-hf-seed0/metrics.jsonl",
+           [("0.32", ratio_bound("ours-hf"))], tol=0.005),
+    *group(PAGE, "Its median step spent 268.4 s generating, TRL's\n262.5 s", T0, [
+        ("268.4", run_value("ours-hf-seed0", "generate")),
+        ("262.5", run_value("trl-seed0", "generate"))]),
+    *group(PAGE, "its update, 41.9 s against TRL's 690.6", T0, [
+        ("41.9", run_value("ours-hf-seed0", "update")),
+        ("690.6", run_value("trl-seed0", "update"))]),
     *group(PAGE, "15% more tokens (3,895 against 3,387", HR, [
         ("15", lambda root: 100 * (j(HR, "rounds.ours.0.tokens", malloc="keep")(root)
                                    / j(HR, "rounds.trl.0.tokens", malloc="keep")(root) - 1)),
