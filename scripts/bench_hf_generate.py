@@ -108,19 +108,16 @@ def trl_rollout(model, tok, tasks: list[dict], group: int) -> dict:
     """One ``GRPOTrainer._generate`` over ``tasks`` x ``group`` (the arms' TRL settings)."""
     import tempfile
 
-    from bench_vs_trl import ENV_ID, ENV_KWARGS, SETTINGS
-    from trl_peer import build_trainer, task_rows, trl_config
+    from bench_vs_trl import ENV_ID, ENV_KWARGS, one_batch_trainer
+    from trl_peer import task_rows
 
     import agentsearch
 
     env = agentsearch.make_env(ENV_ID, **ENV_KWARGS)
     result: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
-        args = trl_config(SETTINGS, Path(tmp), 0, max_steps=1, save_strategy="no",
-                          per_device_train_batch_size=group, num_generations=group,
-                          gradient_accumulation_steps=len(tasks))
-        trainer = build_trainer(SETTINGS, args, task_rows(env, tasks), model, tok,
-                                env_id=ENV_ID, env_kwargs=ENV_KWARGS)
+        trainer = one_batch_trainer(model, tok, task_rows(env, tasks), generations=group,
+                                    seed=0, out_dir=Path(tmp))
         generate = trainer._generate
 
         def timed(prompts):

@@ -112,19 +112,26 @@ def policy(init_from: Path | None, *, trainable: bool = False):
     return model, tok
 
 
+def one_batch_trainer(model, tok, rows: list[dict], *, generations: int, seed: int,
+                      out_dir: Path, **over):
+    """TRL's ``GRPOTrainer`` (the shared settings) for one optimizer step whose single
+    generation batch is every row of ``rows`` x ``generations``."""
+    from trl_peer import build_trainer, trl_config
+
+    args = trl_config(SETTINGS, out_dir, seed, max_steps=1, save_strategy="no",
+                      per_device_train_batch_size=generations, num_generations=generations,
+                      gradient_accumulation_steps=len(rows), **over)
+    return build_trainer(SETTINGS, args, rows, model, tok, env_id=ENV_ID,
+                         env_kwargs=ENV_KWARGS)
+
+
 def trl_first_batch(model, tok, rows: list[dict], *, generations: int, seed: int,
                     max_completion_length: int, out_dir: Path) -> tuple[list, float]:
     """One real ``GRPOTrainer`` step over ``rows`` (the shared settings, ``generations``
     rollouts of each row); what its first ``_generate`` returned (recorded on the way through)
     and the step's seconds."""
-    from trl_peer import build_trainer, trl_config
-
-    args = trl_config(SETTINGS, out_dir, seed, max_steps=1, save_strategy="no",
-                      per_device_train_batch_size=generations, num_generations=generations,
-                      gradient_accumulation_steps=len(rows),
-                      max_completion_length=max_completion_length)
-    trainer = build_trainer(SETTINGS, args, rows, model, tok, env_id=ENV_ID,
-                            env_kwargs=ENV_KWARGS)
+    trainer = one_batch_trainer(model, tok, rows, generations=generations, seed=seed,
+                                out_dir=out_dir, max_completion_length=max_completion_length)
     recorded, generate = [], trainer._generate
 
     def recording(prompts):
